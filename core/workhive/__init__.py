@@ -1,0 +1,120 @@
+"""workhive: fleets of workers over shared work pools.
+
+The public API is what this module exports; everything else is private.
+
+>>> import asyncio, workhive  # doctest: +SKIP
+>>> async def main():
+...     async with workhive.open("sqlite:///.workhive/hive.db") as hive:
+...         pool = hive.pool("summaries")
+...         await pool.push({"url": "https://example.com"})
+...         item = await pool.claim(worker_id="me")
+...         await pool.complete(item, {"summary": "…"})
+>>> asyncio.run(main())
+"""
+
+from workhive.backoff import BackoffStrategy
+from workhive.errors import (
+    ConfigError,
+    CredentialError,
+    InvalidArgument,
+    InvalidItem,
+    InvalidName,
+    ItemNotFound,
+    LeaseLost,
+    LockError,
+    LockNotHeld,
+    LockTimeout,
+    NoCredentialAvailable,
+    NotFound,
+    PluginConflict,
+    PluginError,
+    PluginLoadError,
+    PluginNotFound,
+    PluginValidationError,
+    PoolNotFound,
+    SchemaVersionError,
+    StorageError,
+    StorageUnavailable,
+    WorkerLost,
+    WorkerNotFound,
+    WorkhiveError,
+)
+from workhive.hive import DEFAULT_LOCKS, DEFAULT_STORAGE, Hive, open
+from workhive.hookspecs import hookimpl
+from workhive.locks import HeldLock, LockHolder, LockProvider
+from workhive.models import (
+    Ack,
+    ItemState,
+    Job,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+from workhive.plugin_manager import PluginInfo, PluginManager
+from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
+from workhive.pool import Pool
+from workhive.shared_state import SharedState
+from workhive.storage import StorageBackend
+from workhive.workers import Workers
+
+__all__ = [
+    "DEFAULT_LOCKS",
+    "DEFAULT_STORAGE",
+    "Ack",
+    "BackoffPlugin",
+    "BackoffStrategy",
+    "ConfigError",
+    "CredentialError",
+    "CredentialsPlugin",
+    "HeldLock",
+    "Hive",
+    "InvalidArgument",
+    "InvalidItem",
+    "InvalidName",
+    "ItemNotFound",
+    "ItemState",
+    "Job",
+    "LeaseLost",
+    "LockError",
+    "LockHolder",
+    "LockNotHeld",
+    "LockProvider",
+    "LockTimeout",
+    "LocksPlugin",
+    "NewItem",
+    "NoCredentialAvailable",
+    "NotFound",
+    "PluginConflict",
+    "PluginError",
+    "PluginInfo",
+    "PluginLoadError",
+    "PluginManager",
+    "PluginNotFound",
+    "PluginValidationError",
+    "Pool",
+    "PoolNotFound",
+    "PoolStats",
+    "ReapedWorker",
+    "SchemaVersionError",
+    "SharedState",
+    "StorageBackend",
+    "StorageError",
+    "StoragePlugin",
+    "StorageUnavailable",
+    "WorkItem",
+    "WorkerFilter",
+    "WorkerLost",
+    "WorkerNotFound",
+    "WorkerRecord",
+    "WorkerRegistration",
+    "WorkerStatus",
+    "Workers",
+    "WorkhiveError",
+    "hookimpl",
+    "open",
+]

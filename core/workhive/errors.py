@@ -1,0 +1,170 @@
+"""Every exception workhive raises, in one place.
+
+The tree, so a caller can see at a glance what there is to catch::
+
+    WorkhiveError
+    ├── ConfigError (ValueError)            a URL, option or setting is malformed
+    ├── PluginError
+    │   ├── PluginNotFound (LookupError)    no installed plugin has that name/scheme
+    │   ├── PluginConflict                  two distributions claim the same name
+    │   ├── PluginLoadError (ImportError)   a plugin's module failed to import
+    │   └── PluginValidationError           a hook returned something malformed
+    ├── InvalidArgument (ValueError)        a bad value passed to the API
+    │   ├── InvalidItem                     payload/result is not JSON-serialisable
+    │   └── InvalidName                     pool, worker or lock name is not allowed
+    ├── NotFound (LookupError)
+    │   ├── PoolNotFound
+    │   ├── ItemNotFound
+    │   └── WorkerNotFound
+    ├── LeaseLost                           stale fencing token: the claim is gone
+    ├── WorkerLost                          this worker was reaped; it must stop
+    ├── StorageError                        the backend itself failed
+    │   ├── StorageUnavailable (ConnectionError)
+    │   └── SchemaVersionError              data written by a newer workhive
+    ├── LockError
+    │   ├── LockTimeout (TimeoutError)      names the current holder
+    │   └── LockNotHeld
+    └── CredentialError
+        └── NoCredentialAvailable           says when the next one frees up
+
+Each class's docstring is its default message; instances carry the offending
+objects as attributes so a caller can act on them without parsing text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "CredentialError",
+    "InvalidArgument",
+    "InvalidItem",
+    "InvalidName",
+    "ItemNotFound",
+    "LeaseLost",
+    "LockError",
+    "LockNotHeld",
+    "LockTimeout",
+    "NoCredentialAvailable",
+    "NotFound",
+    "PluginConflict",
+    "PluginError",
+    "PluginLoadError",
+    "PluginNotFound",
+    "PluginValidationError",
+    "PoolNotFound",
+    "SchemaVersionError",
+    "StorageError",
+    "StorageUnavailable",
+    "WorkerLost",
+    "WorkerNotFound",
+    "WorkhiveError",
+]
+
+
+class WorkhiveError(Exception):
+    """A workhive operation failed."""
+
+    def __init__(self, message: str | None = None, **context: Any) -> None:
+        if message is None:
+            message = (self.__class__.__doc__ or self.__class__.__name__).strip()
+        super().__init__(message)
+        self.message = message
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(WorkhiveError, ValueError):
+    """The configuration is malformed: check the URL, option or setting named."""
+
+
+class PluginError(WorkhiveError):
+    """A plugin could not be used."""
+
+
+class PluginNotFound(PluginError, LookupError):
+    """No installed plugin provides that name; `workhive plugins` lists what is installed."""
+
+
+class PluginConflict(PluginError):
+    """Two installed plugins claim the same name; uninstall or block one of them."""
+
+
+class PluginLoadError(PluginError, ImportError):
+    """A plugin failed to import; reinstall it or block it with WORKHIVE_DISABLE_PLUGINS."""
+
+
+class PluginValidationError(PluginError):
+    """A plugin's hook returned something that is not a valid descriptor."""
+
+
+class InvalidArgument(WorkhiveError, ValueError):
+    """An argument has a value workhive cannot accept."""
+
+
+class InvalidItem(InvalidArgument):
+    """Item data must be JSON-serialisable (dict, list, str, int, float, bool, None)."""
+
+
+class InvalidName(InvalidArgument):
+    """Names must be 1-200 characters of letters, digits and . _ : - (starting with a letter or digit)."""
+
+
+class NotFound(WorkhiveError, LookupError):
+    """The thing asked for does not exist."""
+
+
+class PoolNotFound(NotFound):
+    """No pool by that name; push to it first, or pick one `workhive status` lists."""
+
+
+class ItemNotFound(NotFound):
+    """No item with that id in this pool."""
+
+
+class WorkerNotFound(NotFound):
+    """No worker with that id is registered."""
+
+
+class LeaseLost(WorkhiveError):
+    """This claim is no longer valid (its lease expired or the item moved on); drop the item, do not retry the call."""
+
+
+class WorkerLost(WorkhiveError):
+    """This worker was declared lost and its items were released; stop and register again."""
+
+
+class StorageError(WorkhiveError):
+    """The storage backend failed."""
+
+
+class StorageUnavailable(StorageError, ConnectionError):
+    """The storage backend cannot be reached or opened."""
+
+
+class SchemaVersionError(StorageError):
+    """The store was written by a different workhive version; upgrade workhive or use another store."""
+
+
+class LockError(WorkhiveError):
+    """A lock operation failed."""
+
+
+class LockTimeout(LockError, TimeoutError):
+    """The lock is held by someone else and the wait timed out."""
+
+
+class LockNotHeld(LockError):
+    """This lock is not held by the caller (released already, or never acquired)."""
+
+
+class CredentialError(WorkhiveError):
+    """A credential could not be provided."""
+
+
+class NoCredentialAvailable(CredentialError):
+    """Every credential is cooling down, parked or disabled."""

@@ -1,0 +1,188 @@
+"""``Hive``: the facade a user holds; ``open()`` builds one from URLs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+from workhive.backoff import BackoffStrategy
+from workhive.errors import ConfigError
+from workhive.locks import HeldLock, LockProvider
+from workhive.plugin_manager import PluginManager, default_manager
+from workhive.pool import Pool
+from workhive.shared_state import SharedState
+from workhive.storage import StorageBackend
+from workhive.urls import parse_spec, scheme_of
+from workhive.validation import check_count, check_name, check_positive
+from workhive.workers import Workers
+
+__all__ = ["DEFAULT_LOCKS", "DEFAULT_STORAGE", "Hive", "open"]
+
+DEFAULT_STORAGE = "sqlite:///.workhive/hive.db"
+DEFAULT_LOCKS = "fcntl:///.workhive/locks"
+DEFAULT_BACKOFF = "full-jitter"
+
+
+def _number(spec: str, key: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"parameter {key}={value!r} of {spec!r} must be a number") from None
+
+
+class Hive:
+    """A storage backend plus locks, backoff and plugins, opened together.
+
+    Use ``workhive.open(url)`` to build one; ``Hive(backend)`` wraps a backend
+    you constructed yourself (tests, custom set-ups).
+
+    >>> async def main():  # doctest: +SKIP
+    ...     async with workhive.open("sqlite:///.workhive/hive.db") as hive:
+    ...         await hive.pool("emails").push({"to": "a@example.com"})
+    """
+
+    def __init__(
+        self,
+        storage: StorageBackend,
+        *,
+        locks: LockProvider | str | None = None,
+        backoff: BackoffStrategy | str = DEFAULT_BACKOFF,
+        manager: PluginManager | None = None,
+        lease: float = 60.0,
+        max_attempts: int = 5,
+        reap_after: float = 60.0,
+        storage_url: str | None = None,
+    ) -> None:
+        self.manager = manager if manager is not None else default_manager()
+        self.storage = storage
+        self.storage_url = storage_url
+        self.lease = check_positive("lease", lease)
+        self.max_attempts = check_count("max_attempts", max_attempts)
+        self.reap_after = check_positive("reap_after", reap_after)
+        self.backoff: BackoffStrategy = self._backoff(backoff) if isinstance(backoff, str) else backoff
+        self._locks_spec = locks
+        self._locks: LockProvider | None = locks if not isinstance(locks, (str, type(None))) else None
+        self._pools: dict[str, Pool] = {}
+        self.workers = Workers(self)
+        self.anonymous_worker_id = f"{socket.gethostname()}-{os.getpid()}"
+        self._open = False
+
+    def _backoff(self, spec: str) -> BackoffStrategy:
+        name, params = parse_spec(spec)
+        plugin = self.manager.get("backoff", name)
+        try:
+            return plugin.factory(**{k: _number(spec, k, v) for k, v in params.items()})  # type: ignore[no-any-return]
+        except TypeError as exc:
+            raise ConfigError(f"backoff strategy {spec!r}: {exc}") from None
+
+    # -- lifecycle ----------------------------------------------------------
+    async def open(self) -> Hive:
+        if not self._open:
+            await self.storage.open()
+            self._open = True
+        return self
+
+    async def close(self) -> None:
+        if self._open:
+            self._open = False
+            try:
+                if self._locks is not None:
+                    await self._locks.close()
+            finally:
+                await self.storage.close()
+
+    async def __aenter__(self) -> Hive:
+        return await self.open()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- pools --------------------------------------------------------------
+    def pool(self, name: str) -> Pool:
+        """The pool called ``name`` (created on first push). Names: letters, digits, . _ : -"""
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[check_name("pool", name)] = Pool(self, name)
+        return pool
+
+    async def pools(self) -> list[str]:
+        """Names of every pool that has items."""
+        return await self.storage.pools()
+
+    async def now(self) -> float:
+        """The backend's clock (seconds since the epoch)."""
+        return await self.storage.now()
+
+    def shared(self, namespace: str) -> SharedState:
+        """A fleet-wide key/value area (with expiry) on this hive's storage."""
+        return SharedState(self.storage, namespace)
+
+    # -- locks --------------------------------------------------------------
+    def locks(self) -> LockProvider:
+        """The lock provider, created on first use (``locks=`` URL, else the default for the storage)."""
+        if self._locks is None:
+            spec = self._locks_spec
+            if spec is None:
+                spec = "memory://" if self.storage_url and self.storage_url.startswith("memory:") else DEFAULT_LOCKS
+            assert isinstance(spec, str)
+            self._locks = self.manager.get("locks", scheme_of(spec, "lock URL")).factory(spec)
+        return self._locks
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self, name: str, *, ttl: float | None = None, timeout: float | None = None, worker_id: str | None = None
+    ) -> AsyncIterator[HeldLock]:
+        """Hold the named lock for the block; yields it with its fencing ``token``.
+
+        ``timeout=None`` waits forever, ``0`` tries once (``LockTimeout`` names the holder).
+        """
+        provider = self.locks()
+        held = await provider.acquire(name, ttl=ttl, timeout=timeout, worker_id=worker_id)
+        try:
+            yield held
+        finally:
+            await provider.release(held)
+
+
+def open(  # noqa: A001 - mirrors the builtin on purpose: workhive.open(url)
+    storage: str | StorageBackend = DEFAULT_STORAGE,
+    *,
+    locks: str | LockProvider | None = None,
+    backoff: str | BackoffStrategy = DEFAULT_BACKOFF,
+    manager: PluginManager | None = None,
+    lease: float = 60.0,
+    max_attempts: int = 5,
+    reap_after: float = 60.0,
+    **options: Any,
+) -> Hive:
+    """Build a ``Hive`` from a storage URL (or backend); use it with ``async with``.
+
+    ``options`` go to the storage plugin's factory.
+
+    >>> hive = workhive.open("memory://")  # doctest: +SKIP
+    """
+    manager = manager if manager is not None else default_manager()
+    if isinstance(storage, str):
+        plugin = manager.get("storage", scheme_of(storage))
+        backend = plugin.factory(storage, **options)
+        url: str | None = storage
+    else:
+        backend, url = storage, None
+    return Hive(
+        backend,
+        locks=locks,
+        backoff=backoff,
+        manager=manager,
+        lease=lease,
+        max_attempts=max_attempts,
+        reap_after=reap_after,
+        storage_url=url,
+    )
+
+

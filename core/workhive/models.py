@@ -1,0 +1,225 @@
+"""The data that crosses the storage contract: items, workers, statistics.
+
+All models are frozen attrs classes: backends build them, callers read them.
+Payloads travel as JSON text (validated once by the facade, stored as-is by
+backends) and are decoded lazily on first access to ``.data``/``.result``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import socket
+import uuid
+from functools import cached_property
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "Ack",
+    "ItemState",
+    "Job",
+    "NewItem",
+    "PoolStats",
+    "ReapedWorker",
+    "WorkItem",
+    "WorkerFilter",
+    "WorkerRecord",
+    "WorkerRegistration",
+    "WorkerStatus",
+]
+
+
+class ItemState(str, enum.Enum):
+    """Where an item is in its life. Delayed items are PENDING with a future ``available_at``."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    DONE = "done"
+    POISONED = "poisoned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class WorkerStatus(str, enum.Enum):
+    """A worker's self-reported status; LOST is set only by ``reap``."""
+
+    STARTING = "starting"
+    IDLE = "idle"
+    BUSY = "busy"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class Job:
+    """Data plus per-item options, for ``Pool.push_many``.
+
+    >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1")
+    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1')
+    """
+
+    data: Any
+    priority: int = 0
+    delay: float = 0.0
+    max_attempts: int | None = None
+    dedup_key: str | None = None
+
+
+@attrs.frozen
+class NewItem:
+    """An item as handed to a backend's ``push``: already validated.
+
+    ``payload`` is JSON text; ``delay`` is seconds from the backend's now;
+    higher ``priority`` is claimed first.
+    """
+
+    payload: str
+    priority: int = 0
+    delay: float = 0.0
+    max_attempts: int = 5
+    dedup_key: str | None = None
+
+
+@attrs.frozen
+class Ack:
+    """One completion in a batch: the claim (id + fencing token) and the result JSON text."""
+
+    item_id: str
+    token: int
+    result: str | None = None
+
+
+@attrs.frozen(slots=True)
+class WorkItem:
+    """A stored item as a backend reports it.
+
+    ``token`` is the fencing token: it rises with every claim of the item, and
+    complete/fail/extend/release must present the one their claim returned.
+    Times are seconds since the epoch on the backend's clock.
+    """
+
+    id: str
+    pool: str
+    payload: str
+    state: ItemState
+    priority: int
+    attempts: int
+    max_attempts: int
+    token: int
+    created_at: float
+    available_at: float
+    claimed_by: str | None = None
+    lease_expires_at: float | None = None
+    lease_seconds: float | None = None
+    dedup_key: str | None = None
+    error: str | None = None
+    result_payload: str | None = None
+    finished_at: float | None = None
+    releases: int = 0
+
+    @cached_property
+    def data(self) -> Any:
+        """The pushed data, decoded from JSON."""
+        return json.loads(self.payload)
+
+    @cached_property
+    def result(self) -> Any:
+        """The handler's result (None if not completed or no result)."""
+        return None if self.result_payload is None else json.loads(self.result_payload)
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@attrs.frozen
+class WorkerRegistration:
+    """What a worker says about itself when it registers.
+
+    >>> reg = WorkerRegistration(pools=("summaries",), capabilities=("llm",))
+    >>> reg.pid == os.getpid()
+    True
+    """
+
+    worker_id: str = attrs.field(factory=_default_worker_id)
+    host: str = attrs.field(factory=socket.gethostname)
+    pid: int = attrs.field(factory=os.getpid)
+    pools: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.frozen
+class WorkerRecord:
+    """A registered worker as the registry knows it."""
+
+    worker_id: str
+    host: str
+    pid: int
+    pools: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    status: WorkerStatus
+    registered_at: float
+    last_heartbeat: float
+    detail: str | None = None
+
+
+@attrs.frozen
+class WorkerFilter:
+    """Which workers ``list`` returns; every given field must match.
+
+    ``stale_for``: only workers whose last heartbeat is at least that many
+    seconds old (on the backend's clock).
+    """
+
+    statuses: frozenset[WorkerStatus] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(frozenset)
+    )
+    host: str | None = None
+    pool: str | None = None
+    stale_for: float | None = None
+
+    def matches(self, record: WorkerRecord, now: float) -> bool:
+        """Reference semantics, usable by backends that filter in Python."""
+        if self.statuses is not None and record.status not in self.statuses:
+            return False
+        if self.host is not None and record.host != self.host:
+            return False
+        if self.pool is not None and self.pool not in record.pools:
+            return False
+        return self.stale_for is None or now - record.last_heartbeat >= self.stale_for
+
+
+@attrs.frozen
+class ReapedWorker:
+    """A worker that ``reap`` declared lost, and what happened to its items."""
+
+    worker_id: str
+    last_heartbeat: float
+    released: int
+    poisoned: int
+
+
+@attrs.frozen
+class PoolStats:
+    """Counts for one pool. ``pending`` counts ready items; ``delayed`` those waiting for their time."""
+
+    pool: str
+    pending: int
+    delayed: int
+    claimed: int
+    done: int
+    poisoned: int
+    oldest_pending_at: float | None = None
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.delayed + self.claimed + self.done + self.poisoned

@@ -1,0 +1,101 @@
+"""Descriptors that factory hooks return: small, frozen, validated.
+
+A plugin says *what* it provides with a descriptor; the factory inside it is
+called only when a user selects that name, so a plugin module can import
+cheaply and load its driver inside the factory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from workhive.errors import PluginValidationError
+
+__all__ = ["BackoffPlugin", "CredentialsPlugin", "LocksPlugin", "StoragePlugin", "PLUGIN_KINDS"]
+
+_PLUGIN_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+
+
+def _check_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or _PLUGIN_NAME.fullmatch(value) is None or len(value) > 64:
+        raise PluginValidationError(
+            f"{type(instance).__name__}.{attribute.name} {value!r} is invalid: use lowercase letters, "
+            "digits, '-' or '_', starting with a letter (at most 64 characters)",
+            value=value,
+        )
+
+
+def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not callable(value):
+        raise PluginValidationError(
+            f"{type(instance).__name__}.{attribute.name} must be callable, got {type(value).__name__}"
+        )
+
+
+def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for scheme in value:
+        _check_name(instance, attribute, scheme)
+
+
+@attrs.frozen
+class StoragePlugin:
+    """Provides a storage backend.
+
+    ``factory(url, **options)`` gets the full URL (``sqlite:///x.db?synchronous=full``)
+    and returns an unopened ``StorageBackend``. ``schemes`` are the URL schemes
+    it answers to (default: its name).
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
+    description: str = ""
+    schemes: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_check_schemes)
+
+    @property
+    def all_schemes(self) -> tuple[str, ...]:
+        return (self.name, *[s for s in self.schemes if s != self.name])
+
+
+@attrs.frozen
+class LocksPlugin:
+    """Provides a lock provider; ``factory(url)`` returns a ``LockProvider``."""
+
+    name: str = attrs.field(validator=_check_name)
+    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
+    description: str = ""
+    schemes: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_check_schemes)
+
+    @property
+    def all_schemes(self) -> tuple[str, ...]:
+        return (self.name, *[s for s in self.schemes if s != self.name])
+
+
+@attrs.frozen
+class BackoffPlugin:
+    """Provides a backoff strategy; ``factory(**params)`` returns a ``BackoffStrategy``."""
+
+    name: str = attrs.field(validator=_check_name)
+    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
+    description: str = ""
+
+
+@attrs.frozen
+class CredentialsPlugin:
+    """Provides credentials; ``factory(spec)`` (``env:OPENAI_API_KEY`` → spec ``OPENAI_API_KEY``) returns a provider."""
+
+    name: str = attrs.field(validator=_check_name)
+    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
+    description: str = ""
+
+
+#: kind -> (hook name, descriptor class)
+PLUGIN_KINDS: dict[str, tuple[str, type]] = {
+    "storage": ("workhive_storage", StoragePlugin),
+    "locks": ("workhive_locks", LocksPlugin),
+    "backoff": ("workhive_backoff", BackoffPlugin),
+    "credentials": ("workhive_credentials", CredentialsPlugin),
+}

@@ -1,0 +1,70 @@
+"""``Workers``: the worker registry (``hive.workers``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from workhive.errors import WorkerNotFound
+from workhive.models import ReapedWorker, WorkerFilter, WorkerRecord, WorkerRegistration, WorkerStatus
+from workhive.validation import check_name, check_positive
+
+if TYPE_CHECKING:
+    from workhive.hive import Hive
+
+__all__ = ["Workers"]
+
+
+class Workers:
+    """Register workers, beat their hearts, and reap the ones that went silent.
+
+    >>> async def main(hive):  # doctest: +SKIP
+    ...     me = await hive.workers.register(pools=["summaries"])
+    ...     await hive.workers.heartbeat(me.worker_id)   # also extends my leases
+    ...     lost = await hive.workers.reap()              # others' silent workers
+    """
+
+    def __init__(self, hive: Hive) -> None:
+        self._hive = hive
+        self._backend = hive.storage
+
+    async def register(self, registration: WorkerRegistration | None = None, **fields: Any) -> WorkerRecord:
+        """Register (or re-register) a worker; fields as in ``WorkerRegistration``."""
+        reg = registration if registration is not None else WorkerRegistration(**fields)
+        check_name("worker", reg.worker_id)
+        for pool in reg.pools:
+            check_name("pool", pool)
+        return await self._backend.register_worker(reg)
+
+    async def heartbeat(self, worker_id: str) -> WorkerRecord:
+        """Say "still alive"; extends every lease the worker holds. ``WorkerLost`` if it was reaped."""
+        return await self._backend.heartbeat(worker_id)
+
+    async def update_status(self, worker_id: str, status: WorkerStatus | str, detail: str | None = None) -> None:
+        """Record what the worker is doing (idle, busy, paused, stopping…)."""
+        await self._backend.set_worker_status(worker_id, WorkerStatus(status), detail)
+
+    async def get(self, worker_id: str) -> WorkerRecord:
+        """The worker's record; ``WorkerNotFound`` if it never registered."""
+        record = await self._backend.get_worker(worker_id)
+        if record is None:
+            raise WorkerNotFound(f"no worker {worker_id!r} is registered", worker_id=worker_id)
+        return record
+
+    async def list(self, filter: WorkerFilter | None = None, **fields: Any) -> list[WorkerRecord]:
+        """Workers matching ``filter`` (or the fields of a ``WorkerFilter``), oldest registration first."""
+        return await self._backend.list_workers(filter if filter is not None else WorkerFilter(**fields))
+
+    async def deregister(self, worker_id: str) -> int:
+        """Clean shutdown: give back what the worker still holds (attempts refunded), mark it STOPPED."""
+        released = await self._backend.release_by_worker(None, worker_id, False)
+        await self._backend.set_worker_status(worker_id, WorkerStatus.STOPPED, None)
+        return released
+
+    async def reap(self, threshold: float | None = None) -> list[ReapedWorker]:
+        """Declare workers silent for ``threshold`` seconds lost and release their items in every pool."""
+        limit = self._hive.reap_after if threshold is None else check_positive("threshold", threshold)
+        reaped = await self._backend.reap(limit)
+        if reaped and self._hive.manager.event_hooks["workhive_worker_lost"]:
+            for worker in reaped:
+                self._hive.manager.hook.workhive_worker_lost(worker=worker)
+        return reaped
