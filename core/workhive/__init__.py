@@ -14,6 +14,10 @@ The public API is what this module exports; everything else is private.
 
 from workhive.backoff import BackoffStrategy
 from workhive.errors import (
+    AuthFailed,
+    HandlerSignal,
+    Permanent,
+    RateLimited,
     ConfigError,
     CredentialError,
     InvalidArgument,
@@ -63,6 +67,10 @@ from workhive.storage import StorageBackend
 from workhive.workers import Workers
 
 __all__ = [
+    "AuthFailed",
+    "HandlerSignal",
+    "Permanent",
+    "RateLimited",
     "DEFAULT_LOCKS",
     "DEFAULT_STORAGE",
     "Ack",

@@ -24,8 +24,12 @@ The tree, so a caller can see at a glance what there is to catch::
     ├── LockError
     │   ├── LockTimeout (TimeoutError)      names the current holder
     │   └── LockNotHeld
-    └── CredentialError
-        └── NoCredentialAvailable           says when the next one frees up
+    ├── CredentialError
+    │   └── NoCredentialAvailable           says when the next one frees up
+    └── HandlerSignal                       raised BY a handler to steer the runtime
+        ├── RateLimited                     cool the credential, retry without spending an attempt
+        ├── AuthFailed                      disable the credential, retry with another
+        └── Permanent                       poison the item at once
 
 Each class's docstring is its default message; instances carry the offending
 objects as attributes so a caller can act on them without parsing text.
@@ -36,8 +40,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AuthFailed",
     "ConfigError",
     "CredentialError",
+    "HandlerSignal",
     "InvalidArgument",
     "InvalidItem",
     "InvalidName",
@@ -48,12 +54,14 @@ __all__ = [
     "LockTimeout",
     "NoCredentialAvailable",
     "NotFound",
+    "Permanent",
     "PluginConflict",
     "PluginError",
     "PluginLoadError",
     "PluginNotFound",
     "PluginValidationError",
     "PoolNotFound",
+    "RateLimited",
     "SchemaVersionError",
     "StorageError",
     "StorageUnavailable",
@@ -168,3 +176,28 @@ class CredentialError(WorkhiveError):
 
 class NoCredentialAvailable(CredentialError):
     """Every credential is cooling down, parked or disabled."""
+
+
+class HandlerSignal(WorkhiveError):
+    """A handler asked the runtime to treat this failure specially."""
+
+
+class RateLimited(HandlerSignal):
+    """The API rate-limited this call; the credential cools down and the item is retried without spending an attempt.
+
+    >>> raise RateLimited(retry_after=12.0)  # doctest: +SKIP
+    """
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None) -> None:
+        super().__init__(message or f"rate limited (retry after {retry_after}s)", retry_after=retry_after)
+
+
+class AuthFailed(HandlerSignal):
+    """The API refused the credential (401/403); it is disabled and the item retried with another."""
+
+    def __init__(self, message: str | None = None, *, reason: str | None = None) -> None:
+        super().__init__(message or f"authentication failed: {reason or 'refused'}", reason=reason)
+
+
+class Permanent(HandlerSignal):
+    """This item can never succeed (bad input, not a transient failure); it is poisoned at once."""
