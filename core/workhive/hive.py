@@ -150,7 +150,7 @@ class Hive:
             await provider.release(held)
 
 
-def open(  # noqa: A001 - mirrors the builtin on purpose: workhive.open(url)
+def open(
     storage: str | StorageBackend = DEFAULT_STORAGE,
     *,
     locks: str | LockProvider | None = None,
@@ -184,5 +184,3 @@ def open(  # noqa: A001 - mirrors the builtin on purpose: workhive.open(url)
         reap_after=reap_after,
         storage_url=url,
     )
-
-

@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """The hooks a workhive plugin can implement.
 
 Factory hooks (``workhive_storage``, ``workhive_locks``, ``workhive_backoff``,

@@ -180,9 +180,7 @@ class WorkerFilter:
     seconds old (on the backend's clock).
     """
 
-    statuses: frozenset[WorkerStatus] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(frozenset)
-    )
+    statuses: frozenset[WorkerStatus] | None = attrs.field(default=None, converter=attrs.converters.optional(frozenset))
     host: str | None = None
     pool: str | None = None
     stale_for: float | None = None

@@ -40,7 +40,7 @@ class Pool:
     ...         await pool.complete(item, {"summary": "..."})
     """
 
-    __slots__ = ("name", "_hive", "_backend", "_ev_claimed", "_ev_completed", "_ev_failed", "_ev_poisoned")
+    __slots__ = ("_backend", "_ev_claimed", "_ev_completed", "_ev_failed", "_ev_poisoned", "_hive", "name")
 
     def __init__(self, hive: Hive, name: str) -> None:
         self.name = name

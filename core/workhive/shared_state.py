@@ -27,7 +27,10 @@ class SharedState:
     async def put(self, key: str, value: Any, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key``; it reads as absent ``ttl`` seconds from now."""
         await self._backend.state_put(
-            self.namespace, key, to_json(value, "shared-state value"), None if ttl is None else check_positive("ttl", ttl)
+            self.namespace,
+            key,
+            to_json(value, "shared-state value"),
+            None if ttl is None else check_positive("ttl", ttl),
         )
 
     async def get(self, key: str, default: Any = None) -> Any:

@@ -41,7 +41,9 @@ def parse_spec(spec: object, what: str = "backoff strategy") -> tuple[str, dict[
     try:
         params = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
     except ValueError:
-        raise ConfigError(f"{what} {spec!r} has malformed parameters: write name?key=value&key=value", spec=spec) from None
+        raise ConfigError(
+            f"{what} {spec!r} has malformed parameters: write name?key=value&key=value", spec=spec
+        ) from None
     return name, params
 
 

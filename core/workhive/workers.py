@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import WorkerNotFound
@@ -60,7 +61,7 @@ class Workers:
         await self._backend.set_worker_status(worker_id, WorkerStatus.STOPPED, None)
         return released
 
-    async def reap(self, threshold: float | None = None) -> list[ReapedWorker]:
+    async def reap(self, threshold: float | None = None) -> builtins.list[ReapedWorker]:
         """Declare workers silent for ``threshold`` seconds lost and release their items in every pool."""
         limit = self._hive.reap_after if threshold is None else check_positive("threshold", threshold)
         reaped = await self._backend.reap(limit)

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, pass_cli
+from workhive.cli.context import CliContext
 from workhive.cli.plugins_cmd import plugins_cmd
 from workhive.errors import WorkhiveError
 
@@ -51,6 +51,3 @@ def main(argv: list[str] | None = None) -> Any:
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
-
-
-
