@@ -1,0 +1,71 @@
+"""What ``workhive work`` is asked to do (``FleetOptions``) and what happened (``FleetReport``).
+
+This is the seam between the CLI/config layer, which builds options from
+flags, ``WORKHIVE_*`` variables and ``workhive.toml``, and the fleet runtime,
+which runs them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import attrs
+
+from workhive.hive import DEFAULT_STORAGE
+
+__all__ = ["FleetOptions", "FleetReport", "ExitCode"]
+
+
+class ExitCode:
+    """Exit statuses of ``workhive work`` (and of ``run_fleet``'s report)."""
+
+    DRAINED = 0  # --until-empty: the pool drained (poisoned items are reported, not a failure)
+    STOPPED = 0  # stopped by SIGTERM/SIGINT after a clean drain of in-flight work
+    FAILURE = 1  # workers kept dying / could not start
+    CONFIG = 2  # bad handler, plugin, URL or option
+    INTERRUPTED = 130  # second signal: exited at once, leases left to expire
+
+
+@attrs.frozen
+class FleetOptions:
+    """Everything a fleet run needs; every field has the documented default."""
+
+    pool: str
+    handler: str  # "package.module:function"
+    storage: str = DEFAULT_STORAGE
+    locks: str | None = None
+    backoff: str = "full-jitter"
+    credentials: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    processes: int = attrs.field(factory=lambda: os.cpu_count() or 1)
+    min_processes: int | None = None  # None: = processes (no scaling)
+    max_processes: int | None = None
+    concurrency: int = 1  # async workers per process
+    batch: int = 1  # items claimed per claim call
+    lease: float = 60.0
+    heartbeat: float = 10.0
+    max_attempts: int = 5
+    reap_after: float = 60.0
+    until_empty: bool = False
+    grace: float = 30.0  # seconds in-flight items get to finish after SIGTERM
+    max_rate_limit_retries: int = 50  # releases without spending an attempt, per item
+    progress: Literal["auto", "bar", "log", "none"] = "auto"
+    no_plugins: bool = False
+
+
+@attrs.frozen
+class FleetReport:
+    """What a fleet run did, for the CLI's summary and ``--json``."""
+
+    pool: str
+    done: int
+    failed: int  # failures that were retried
+    poisoned: int
+    released: int  # items given back without spending an attempt (rate limits, shutdown)
+    rate_limited: dict[str, int]  # credential name -> 429s seen
+    disabled_credentials: dict[str, str]  # credential name -> reason
+    workers_started: int
+    workers_lost: int
+    elapsed: float
+    exit_code: int
+    reason: str
