@@ -1,0 +1,5 @@
+"""``python -m workhive`` runs the CLI."""
+
+from workhive.cli import main
+
+main()
