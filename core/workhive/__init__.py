@@ -13,6 +13,16 @@ The public API is what this module exports; everything else is private.
 """
 
 from workhive.backoff import BackoffStrategy
+from workhive.credentials import (
+    Credential,
+    CredentialPool,
+    CredentialProvider,
+    CredentialState,
+    Outcome,
+    Secret,
+    Verdict,
+    classify,
+)
 from workhive.errors import (
     AuthFailed,
     ConfigError,
@@ -25,6 +35,7 @@ from workhive.errors import (
     LeaseLost,
     LockError,
     LockNotHeld,
+    LockSystemError,
     LockTimeout,
     NoCredentialAvailable,
     NotFound,
@@ -79,6 +90,14 @@ __all__ = [
     "ConfigError",
     "CredentialError",
     "CredentialsPlugin",
+    "Credential",
+    "CredentialPool",
+    "CredentialProvider",
+    "CredentialState",
+    "Outcome",
+    "Secret",
+    "Verdict",
+    "classify",
     "HeldLock",
     "Hive",
     "InvalidArgument",
@@ -91,6 +110,7 @@ __all__ = [
     "LockError",
     "LockHolder",
     "LockNotHeld",
+    "LockSystemError",
     "LockProvider",
     "LockTimeout",
     "LocksPlugin",

@@ -23,7 +23,8 @@ The tree, so a caller can see at a glance what there is to catch::
     │   └── SchemaVersionError              data written by a newer workhive
     ├── LockError
     │   ├── LockTimeout (TimeoutError)      names the current holder
-    │   └── LockNotHeld
+    │   ├── LockNotHeld
+    │   └── LockSystemError                 the lock mechanism failed (permissions, read-only FS…)
     ├── CredentialError
     │   └── NoCredentialAvailable           says when the next one frees up
     └── HandlerSignal                       raised BY a handler to steer the runtime
@@ -51,6 +52,7 @@ __all__ = [
     "LeaseLost",
     "LockError",
     "LockNotHeld",
+    "LockSystemError",
     "LockTimeout",
     "NoCredentialAvailable",
     "NotFound",
@@ -168,6 +170,10 @@ class LockTimeout(LockError, TimeoutError):
 
 class LockNotHeld(LockError):
     """This lock is not held by the caller (released already, or never acquired)."""
+
+
+class LockSystemError(LockError):
+    """The lock mechanism itself failed (permissions, missing or read-only directory), not "held by someone else"."""
 
 
 class CredentialError(WorkhiveError):

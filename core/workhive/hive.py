@@ -75,7 +75,9 @@ class Hive:
         name, params = parse_spec(spec)
         plugin = self.manager.get("backoff", name)
         try:
-            return plugin.factory(**{k: _number(spec, k, v) for k, v in params.items()})  # type: ignore[no-any-return]
+            # Spec keys are written with dashes (max-attempts=5); factories take Python keywords.
+            kwargs = {k.replace("-", "_"): _number(spec, k, v) for k, v in params.items()}
+            return plugin.factory(**kwargs)  # type: ignore[no-any-return]
         except TypeError as exc:
             raise ConfigError(f"backoff strategy {spec!r}: {exc}") from None
 

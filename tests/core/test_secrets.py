@@ -1,0 +1,120 @@
+"""The secret-leak test: a recognisable key goes through every outcome and is found nowhere.
+
+Everything a user or an operator could see is collected — log records at
+DEBUG, str/repr/format of every object, exception messages and tracebacks
+with locals, JSON of snapshots, the raw shared-state rows — and searched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import Any
+
+import pytest
+from fake_shared_state import DictStateBackend, FakeClock, shared
+
+from workhive.credentials import Credential, CredentialPool, Outcome, Secret, classify
+from workhive.errors import InvalidArgument, NoCredentialAvailable
+
+SECRET = "sk-LEAKCANARY-9f8e7d6c5b4a"
+OTHER = "sk-SECONDCANARY-0a1b2c3d"
+
+
+def printed(obj: Any) -> list[str]:
+    return [str(obj), repr(obj), f"{obj}", f"{obj!r}", f"{obj!s:>10}", "%s %r" % (obj, obj)]  # noqa: UP031
+
+
+def exception_texts(exc: BaseException) -> list[str]:
+    texts = [*printed(exc), repr(vars(exc))]
+    for value in vars(exc).values():
+        texts += printed(value)
+    texts.append("".join(traceback.format_exception(exc)))
+    # What a CLI printing tracebacks with locals would show of workhive's own frames (this test's
+    # frames hold the canary on purpose, so they are left out).
+    stack = traceback.TracebackException.from_exception(exc, capture_locals=True).stack
+    library = [frame for frame in stack if "/workhive/" in frame.filename]
+    assert library, "the exception should come from inside workhive"
+    texts += [f"{frame.name}: {frame.locals}" for frame in library]
+    return texts
+
+
+@pytest.mark.asyncio
+async def test_no_secret_anywhere(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    backend = DictStateBackend(clock)
+    credentials = [Credential("CANARY_KEY", SECRET, base_url="https://api.example"), Credential("OTHER_KEY", OTHER)]
+    pool = CredentialPool(credentials, shared=shared(backend), clock=clock, sleep=clock.sleep)
+    fleetmate = CredentialPool(
+        [Credential("CANARY_KEY", SECRET), Credential("OTHER_KEY", OTHER)], shared=shared(backend), clock=clock
+    )
+    seen: list[str] = []
+    secret_echo = f"Incorrect API key provided: {SECRET}"  # some APIs echo the key back
+
+    with caplog.at_level(logging.DEBUG):
+        for response in [
+            {"status": 200},
+            {"status": 500, "body": "upstream failed"},
+            {"status": 429, "headers": {"Retry-After": "7"}},
+            {"status": 429, "body": '{"error": {"code": "insufficient_quota"}}'},
+            {"status": 401, "body": secret_echo},
+        ]:
+            clock.advance(10_000)  # let any cooldown or park run out so the canary is chosen again
+            credential = await pool.acquire(timeout=0)
+            while credential.name != "CANARY_KEY":
+                pool.release(credential)
+                credential = await pool.acquire(timeout=0)
+            verdict = classify(**response, now=clock.now)
+            if response.get("body") != secret_echo:
+                seen += printed(verdict)
+            seen += printed(credential) + printed(credential.secret)
+            await pool.report_verdict(credential, verdict)
+            pool.release(credential)
+            seen += [json.dumps([s.to_json() for s in pool.snapshot()], default=str)]
+            seen += [str(pool.snapshot()), repr(pool.snapshot())]
+        await pool.report(credentials[1], Outcome.RATE_LIMITED, reason=f"error for {OTHER}", retry_after=60)
+        await pool.report(credentials[1], Outcome.ERROR, reason=f"HTTP 500: {OTHER}")
+
+        # exceptions a user sees
+        with pytest.raises(NoCredentialAvailable) as cooling:
+            await pool.acquire(timeout=0)
+        seen += exception_texts(cooling.value)
+        waited = await pool.acquire()  # waits out OTHER_KEY's cooldown on the fake clock
+        assert waited.name == "OTHER_KEY"
+        await pool.report(waited, Outcome.AUTH_FAILED, reason=f"HTTP 403: key {OTHER} revoked")
+        pool.release(waited)
+        with pytest.raises(NoCredentialAvailable) as disabled:
+            await pool.acquire()
+        seen += exception_texts(disabled.value)
+        try:
+            pool.release(credentials[0])
+        except InvalidArgument as exc:
+            seen += exception_texts(exc)
+        await fleetmate.refresh()
+        seen += [str(fleetmate.snapshot()), json.dumps([s.to_json() for s in fleetmate.snapshot()])]
+
+        # an exception whose message carries the key, reported through classify
+        error = classify(exc=RuntimeError(f"auth header was Bearer {SECRET}"))
+        await pool.report_verdict(credentials[0], error)
+
+    seen += [record.getMessage() for record in caplog.records]
+    seen += [repr(record.args) for record in caplog.records]
+    seen += [caplog.text]
+    seen += [value for value, _expiry in backend.rows.values()]
+    seen += [key for _namespace, key in backend.rows]
+    seen += [str(pool.snapshot()), repr(pool), repr(vars(pool))]
+
+    assert any("CANARY_KEY" in text for text in seen)  # the search does look at real output
+    assert {s.state for s in pool.snapshot()} == {"disabled"}
+    for text in seen:
+        assert SECRET not in text
+        assert OTHER not in text
+
+
+def test_secret_reveal_is_the_only_way_out() -> None:
+    secret = Secret(SECRET)
+    assert secret.reveal() == SECRET
+    assert SECRET not in json.dumps({"key": secret}, default=str)
+    with pytest.raises(TypeError):
+        json.dumps({"key": secret})
