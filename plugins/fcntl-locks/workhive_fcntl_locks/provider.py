@@ -1,0 +1,464 @@
+"""``FcntlLocks``: named locks with ``flock(2)`` on one file per name.
+
+How it stays correct:
+
+* **One file per name.** ``<dir>/<slug>-<sha256 of the name>.lock``
+  (``workhive.locks.lock_file_name``): any name stays inside the directory
+  and two names never share a file.
+* **The kernel owns liveness.** A holder's ``flock`` disappears when its
+  process dies, so nothing is ever "broken" by a waiter; a holder past its
+  ttl is only reported.
+* **No unlink race.** After ``flock`` succeeds the provider checks that the
+  inode it locked is still the one at the path (``fstat`` vs ``stat``, link
+  count ≥ 1) and starts over if not. Files are only unlinked by ``clean()``,
+  and only while it holds their lock and has made the same check — so the
+  file at the path is never unlinked from under a holder, and a waiter that
+  locked an unlinked inode notices and retries on the new file.
+* **Fencing tokens survive restarts and cleaning.** The file's first line is
+  a JSON record holding the last token (and, while held, the holder: pid,
+  host, worker, acquired at, ttl). The holder reads it and writes ``token +
+  1`` while holding the lock. Before ``clean()`` unlinks a file it raises the
+  directory's token floor (``.token-floor``, replaced atomically) to that
+  file's token; a freshly created file starts from the floor. So a name's
+  tokens keep rising after its file was cleaned (they may jump).
+* **Holder info without the lock.** Waiters read the record with a plain
+  read (retrying a torn read); a record that says "held" is confirmed with a
+  non-blocking shared ``flock`` probe, so a crashed holder is not reported.
+* **Waiting never blocks the event loop.** Each try is ``LOCK_EX|LOCK_NB``;
+  between tries the task sleeps with jittered exponential backoff
+  (0.5 ms doubling to 50 ms), cut short when a task of the same provider
+  releases that lock. Two tasks of one process exclude each other too: each
+  try opens the file anew, and ``flock`` locks belong to open file
+  descriptions.
+* **Real errors are errors.** Anything but "held by someone else"
+  (EACCES, EROFS, ENOTDIR, ELOOP for a symlinked lock file, ENOSPC…) raises
+  ``LockSystemError`` naming the path.
+
+Tokens and records are not fsync'd: they survive process restarts, not a
+power cut. Do not ``fork()`` while holding a lock (the child shares it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import re
+import socket
+import time
+
+from workhive.errors import InvalidArgument, LockNotHeld, LockSystemError
+from workhive.locks import (
+    HeldLock,
+    LockHolder,
+    check_lock_args,
+    check_lock_name,
+    decode_holder,
+    encode_holder,
+    holder_from_record,
+    lock_file_name,
+    lock_timeout_error,
+    poll_until,
+    report_overdue,
+)
+from workhive_fcntl_locks.url import DEFAULT_DIRECTORY, directory_from_url
+
+__all__ = ["FcntlLocks"]
+
+logger = logging.getLogger("workhive.locks")
+
+SUFFIX = ".lock"
+FLOOR_FILE = ".token-floor"
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_OTHER_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_RETRY = object()  # "the inode was replaced under us": try again at once, without sleeping
+
+
+class _Handle:
+    """The open, locked file behind a ``HeldLock``."""
+
+    __slots__ = ("fd", "length", "owner", "path")
+
+    def __init__(self, owner: FcntlLocks, path: str, fd: int, length: int) -> None:
+        self.owner = owner
+        self.path = path
+        self.fd = fd
+        self.length = length  # bytes of the record last written, to truncate a longer leftover
+
+
+class FcntlLocks:
+    """Locks in a directory on one machine.
+
+    ``FcntlLocks("fcntl:///.workhive/locks")`` or ``FcntlLocks("/abs/dir")``.
+    The directory is created on first use. Use one instance from one event
+    loop (thread); other processes and instances coordinate through the files.
+
+    >>> async def main():  # doctest: +SKIP
+    ...     locks = FcntlLocks("fcntl:///.workhive/locks")
+    ...     held = await locks.acquire("repo:acme", ttl=60, timeout=5, worker_id="w1")
+    ...     await locks.release(held)
+    """
+
+    #: tokens keep rising across provider instances and process restarts
+    persistent_tokens = True
+
+    def __init__(self, url: str | os.PathLike[str] = DEFAULT_DIRECTORY, *, max_delay: float = 0.05) -> None:
+        if isinstance(url, str) and (url.lower().startswith("fcntl:") or _OTHER_URL.match(url)):
+            self.directory = directory_from_url(url)  # refuses other schemes with the forms it takes
+        else:
+            self.directory = os.path.abspath(os.fspath(url))
+        if not max_delay > 0:
+            raise InvalidArgument(f"max_delay must be > 0 seconds, got {max_delay!r}", value=max_delay)
+        self.max_delay = max_delay
+        self.host = socket.gethostname()
+        self._dir_ready = False
+        self._held: dict[int, _Handle] = {}
+        self._paths: dict[str, str] = {}
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"FcntlLocks({self.directory!r})"
+
+    # -- paths ----------------------------------------------------------------
+    def path_for(self, name: str) -> str:
+        """The lock file of ``name`` (always directly inside ``directory``)."""
+        path = self._paths.get(name) if isinstance(name, str) else None
+        if path is None:
+            path = os.path.join(self.directory, lock_file_name(check_lock_name(name), SUFFIX))
+            if len(self._paths) >= 1024:  # a worker usually locks a handful of names; stay bounded
+                self._paths.clear()
+            self._paths[name] = path
+        return path
+
+    def _error(self, action: str, path: str, exc: OSError) -> LockSystemError:
+        hint = {
+            errno.EACCES: "check the permissions of the lock directory",
+            errno.EPERM: "check the permissions of the lock directory",
+            errno.EROFS: "the file system is read-only: choose a writable lock directory (locks=fcntl:///dir)",
+            errno.ENOTDIR: "a parent of the lock directory is a file: choose another directory",
+            errno.ELOOP: "the lock file is a symlink, which is refused: remove it",
+            errno.ENOSPC: "the disk is full",
+        }.get(exc.errno or 0, "check the lock directory")
+        return LockSystemError(
+            f"cannot {action} {path!r}: {exc.strerror or exc} ({hint})",
+            path=path,
+            errno=exc.errno,
+        )
+
+    def _ensure_dir(self) -> None:
+        if self._dir_ready:
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise self._error("create the lock directory", self.directory, exc) from exc
+        self._dir_ready = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LockSystemError(f"{self!r} is closed; create a new provider", path=self.directory)
+
+    # -- acquire / release ----------------------------------------------------
+    async def acquire(
+        self, name: str, *, ttl: float | None = None, timeout: float | None = None, worker_id: str | None = None
+    ) -> HeldLock:
+        """Take lock ``name``; ``timeout=None`` waits forever, ``0`` tries once (``LockTimeout`` names the holder)."""
+        check_lock_args(name, ttl, timeout)
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidArgument(f"worker_id must be a string or None, got {worker_id!r}", value=worker_id)
+        self._check_open()
+        self._ensure_dir()
+        path = self.path_for(name)
+        ttl_f = None if ttl is None else float(ttl)
+        reported: set[int] = set()
+        next_check = [0.0]
+
+        def on_miss(waited: float) -> None:
+            # Look at the holder on the first miss and every few seconds after: an
+            # overdue one is logged (once per token) but never broken.
+            if waited < next_check[0]:
+                return
+            next_check[0] = waited + 5.0
+            holder = self._read_holder(path)
+            if holder is not None and holder.token not in reported and holder.overdue(time.time()):
+                reported.add(holder.token)
+                report_overdue(holder)
+
+        held = await poll_until(
+            lambda: self._try_acquire(path, name, ttl_f, worker_id),
+            timeout=timeout,
+            sleep=lambda pause: self._nap(path, pause),
+            max_delay=self.max_delay,
+            on_miss=on_miss,
+        )
+        if held is None:
+            raise lock_timeout_error(name, self._read_holder(path), float(timeout or 0.0))
+        return held
+
+    async def _nap(self, path: str, pause: float) -> None:
+        # Sleep between tries, but wake at once when this provider releases the
+        # lock: tasks of one process hand over without waiting out the backoff.
+        # (Other processes are not told; they find out on their next try.)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(path, set())
+        waiters.add(future)
+        try:
+            await asyncio.wait_for(future, pause)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiters.discard(future)
+            if not waiters:
+                self._waiters.pop(path, None)
+
+    def _wake(self, path: str) -> None:
+        for future in self._waiters.get(path, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def _try_acquire(self, path: str, name: str, ttl: float | None, worker_id: str | None) -> HeldLock | None:
+        for _ in range(1000):  # a file replaced 1000 times in a row means something else is wrong
+            result = self._try_once(path, name, ttl, worker_id)
+            if result is not _RETRY:
+                return result  # type: ignore[return-value]
+        raise LockSystemError(f"the lock file {path!r} keeps being replaced; is something else deleting it?", path=path)
+
+    def _try_once(self, path: str, name: str, ttl: float | None, worker_id: str | None) -> object:
+        try:
+            fd = os.open(path, _OPEN_FLAGS, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:  # the directory was removed: make it again
+                self._dir_ready = False
+                self._ensure_dir()
+                return _RETRY
+            raise self._error("open the lock file", path, exc) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            st = os.fstat(fd)
+            try:
+                current = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            if st.st_nlink < 1 or current is None or (current.st_ino, current.st_dev) != (st.st_ino, st.st_dev):
+                os.close(fd)  # cleaned (or replaced) between our open and our lock
+                return _RETRY
+            data = os.pread(fd, st.st_size, 0) if st.st_size else b""
+            token = self._last_token(path, name, data) + 1
+            now = time.time()
+            record = encode_holder(
+                name=name,
+                token=token,
+                held=True,
+                pid=os.getpid(),
+                host=self.host,
+                worker_id=worker_id,
+                acquired_at=now,
+                ttl=ttl,
+            )
+            record = self._write(fd, record, len(data))
+        except OSError as exc:
+            os.close(fd)
+            raise self._error("lock", path, exc) from exc
+        except BaseException:
+            os.close(fd)
+            raise
+        handle = _Handle(self, path, fd, len(record))
+        self._held[id(handle)] = handle
+        return HeldLock(name=name, token=token, acquired_at=now, ttl=ttl, handle=handle)
+
+    def _last_token(self, path: str, name: str, data: bytes) -> int:
+        if not data:
+            return self._read_floor()  # a new (or cleaned) file starts above every cleaned token
+        record = decode_holder(data)
+        if record is None or record.get("name") != name:
+            raise LockSystemError(
+                f"the lock file {path!r} does not hold a workhive lock record for {name!r}; "
+                "something else wrote to it. Remove it while no process uses the lock",
+                path=path,
+            )
+        return int(record["token"])
+
+    @staticmethod
+    def _write(fd: int, record: bytes, old_length: int) -> bytes:
+        # One pwrite of the whole record, so a reader sees the old or the new line.
+        # A shorter record is padded with spaces (JSON ignores them) to cover the
+        # old one: cheaper than an ftruncate on every release.
+        if len(record) < old_length:
+            record = record[:-1] + b" " * (old_length - len(record)) + b"\n"
+        os.pwrite(fd, record, 0)
+        return record
+
+    async def release(self, lock: HeldLock) -> None:
+        """Release ``lock``; ``LockNotHeld`` if it was released already or is not from this provider."""
+        handle = lock.handle if isinstance(lock, HeldLock) else None
+        if not isinstance(handle, _Handle) or handle.owner is not self or handle.fd < 0:
+            name = lock.name if isinstance(lock, HeldLock) else lock
+            raise LockNotHeld(
+                f"lock {name!r} is not held by this provider (released already, or acquired elsewhere)",
+                name=name,
+            )
+        self._release(handle, lock)
+
+    def _release(self, handle: _Handle, lock: HeldLock) -> None:
+        fd, handle.fd = handle.fd, -1
+        self._held.pop(id(handle), None)
+        try:
+            self._write(fd, encode_holder(name=lock.name, token=lock.token, held=False), handle.length)
+        except OSError as exc:
+            # The lock is released by the close below either way; a stale "held"
+            # record is harmless because readers confirm it with a probe.
+            logger.warning("could not mark lock %r free in %s: %s", lock.name, handle.path, exc)
+        finally:
+            os.close(fd)
+            self._wake(handle.path)
+
+    async def close(self) -> None:
+        """Release every lock still held through this provider; it cannot be used afterwards."""
+        self._closed = True
+        for handle in list(self._held.values()):
+            fd, handle.fd = handle.fd, -1
+            os.close(fd)
+            self._wake(handle.path)
+        self._held.clear()
+
+    # -- introspection --------------------------------------------------------
+    async def holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` right now (read without taking the lock), or None."""
+        return self._read_holder(self.path_for(name))
+
+    async def list_locks(self) -> list[LockHolder]:
+        """Every lock currently held in the directory, sorted by name."""
+        holders = [h for h in map(self._read_holder, self._lock_files()) if h is not None]
+        return sorted(holders, key=lambda h: h.name)
+
+    def _lock_files(self) -> list[str]:
+        try:
+            with os.scandir(self.directory) as entries:
+                return [e.path for e in entries if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._error("list the lock directory", self.directory, exc) from exc
+
+    def _read_holder(self, path: str) -> LockHolder | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error("read the lock file", path, exc) from exc
+        try:
+            record = None
+            for _ in range(20):  # a read racing the holder's pwrite may see half a line
+                data = os.pread(fd, max(os.fstat(fd).st_size, 1), 0)
+                if not data:
+                    return None
+                record = decode_holder(data)
+                if record is not None:
+                    break
+            if record is None:
+                return None
+            holder = holder_from_record(record)
+            if holder is None:
+                return None
+            try:  # confirm the record: if a shared lock is free to take, nobody holds it
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return holder
+            return None  # its holder died without rewriting the record
+        except OSError as exc:
+            raise self._error("read the lock file", path, exc) from exc
+        finally:
+            os.close(fd)
+
+    # -- cleaning -------------------------------------------------------------
+    async def clean(self) -> list[str]:
+        """Delete the files of locks nobody holds; returns their names. Held locks are untouched.
+
+        Each file is unlinked only after this provider locked it and checked it
+        is still the file at its path, so no holder is ever affected.
+        """
+        self._check_open()
+        return await asyncio.to_thread(self._clean)
+
+    def _clean(self) -> list[str]:
+        cleaned = []
+        for path in self._lock_files():
+            name = self._clean_one(path)
+            if name is not None:
+                cleaned.append(name)
+        return sorted(cleaned)
+
+    def _clean_one(self, path: str) -> str | None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error("open the lock file", path, exc) from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None  # held: never touched
+            st = os.fstat(fd)
+            try:
+                current = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            if st.st_nlink < 1 or (current.st_ino, current.st_dev) != (st.st_ino, st.st_dev):
+                return None  # someone else cleaned it; the file there now is not ours to delete
+            record = decode_holder(os.pread(fd, st.st_size, 0)) if st.st_size else None
+            if record is not None:
+                self._raise_floor(int(record["token"]))
+            os.unlink(path)
+            return str(record["name"]) if record is not None else os.path.basename(path)
+        except OSError as exc:
+            raise self._error("clean the lock file", path, exc) from exc
+        finally:
+            os.close(fd)
+
+    # -- token floor ------------------------------------------------------------
+    def _floor_path(self) -> str:
+        return os.path.join(self.directory, FLOOR_FILE)
+
+    def _read_floor(self) -> int:
+        path = self._floor_path()
+        try:
+            with open(path, "rb") as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise self._error("read the token floor", path, exc) from exc
+        try:
+            return int(text or b"0")
+        except ValueError:
+            raise LockSystemError(
+                f"the token floor {path!r} is corrupt ({text[:40]!r}); it must hold one integer. "
+                "Write the highest fencing token you have seen into it",
+                path=path,
+            ) from None
+
+    def _raise_floor(self, token: int) -> None:
+        # Serialised by a lock on the floor's own lock file (cleaners only, which
+        # run in a thread); readers never lock: the file is replaced atomically.
+        path = self._floor_path()
+        guard = os.open(path + ".lock", _OPEN_FLAGS, 0o644)
+        try:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            if token <= self._read_floor():
+                return
+            tmp = f"{path}.{os.getpid()}.{id(self)}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(b"%d\n" % token)
+            os.replace(tmp, path)
+        finally:
+            os.close(guard)

@@ -1,0 +1,179 @@
+"""``MemoryLocks``: the lock contract inside one process (tests, notebooks).
+
+``memory://`` is a private set of locks; ``memory://NAME`` is shared by every
+``MemoryLocks`` of the process that uses the same NAME (and its tokens keep
+rising across them). Waiters are woken when the lock is released, from any
+event loop or thread of the process; nothing is shared with other processes.
+
+>>> async def main():  # doctest: +SKIP
+...     locks = MemoryLocks("memory://")
+...     held = await locks.acquire("repo", ttl=10, timeout=1, worker_id="w1")
+...     await locks.release(held)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+
+from workhive.errors import ConfigError, InvalidArgument, LockNotHeld, LockSystemError
+from workhive.locks import (
+    HeldLock,
+    LockHolder,
+    check_lock_args,
+    check_lock_name,
+    lock_timeout_error,
+    report_overdue,
+)
+
+__all__ = ["MemoryLocks"]
+
+
+class _Store:
+    """The locks of one ``memory://`` URL: who holds what, the token counters, the waiters."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()  # loops in several threads may share a named store
+        self.tokens: dict[str, int] = {}
+        self.holders: dict[str, tuple[LockHolder, object]] = {}
+        self.waiters: dict[str, list[asyncio.Future[None]]] = {}
+
+
+_named: dict[str, _Store] = {}
+_named_mutex = threading.Lock()
+
+
+def _store_for(url: str) -> _Store:
+    if not isinstance(url, str) or not url.lower().startswith("memory:"):
+        raise ConfigError(f"lock URL {url!r} is not a memory URL: write memory:// or memory://NAME", url=url)
+    rest = url[len("memory:") :]
+    name = rest[2:] if rest.startswith("//") else rest
+    if "?" in name or "#" in name or "/" in name:
+        raise ConfigError(f"lock URL {url!r} is malformed: write memory:// or memory://NAME (no path, no options)")
+    if not name:
+        return _Store()
+    with _named_mutex:
+        return _named.setdefault(name, _Store())
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class MemoryLocks:
+    """In-process locks; see the module docstring for the URL forms."""
+
+    #: a new provider on the same ``memory://NAME`` continues the tokens (within the process)
+    persistent_tokens = True
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._store = _store_for(url)
+        self._host = socket.gethostname()
+        self._held: set[object] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryLocks({self.url!r})"
+
+    def _try(self, name: str, ttl: float | None, worker_id: str | None) -> HeldLock | None:
+        store = self._store
+        with store.mutex:
+            if name in store.holders:
+                return None
+            token = store.tokens.get(name, 0) + 1
+            store.tokens[name] = token
+            now = time.time()
+            handle = object()
+            holder = LockHolder(name, token, os.getpid(), self._host, worker_id, now, ttl)
+            store.holders[name] = (holder, handle)
+            self._held.add(handle)
+            return HeldLock(name=name, token=token, acquired_at=now, ttl=ttl, handle=handle)
+
+    async def acquire(
+        self, name: str, *, ttl: float | None = None, timeout: float | None = None, worker_id: str | None = None
+    ) -> HeldLock:
+        """Take lock ``name``; ``timeout=None`` waits forever, ``0`` tries once (``LockTimeout`` names the holder)."""
+        check_lock_args(name, ttl, timeout)
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidArgument(f"worker_id must be a string or None, got {worker_id!r}", value=worker_id)
+        if self._closed:
+            raise LockSystemError(f"{self!r} is closed; create a new provider")
+        ttl_f = None if ttl is None else float(ttl)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        reported = False
+        while True:
+            held = self._try(name, ttl_f, worker_id)
+            if held is not None:
+                return held
+            holder = await self.holder(name)
+            if holder is not None and not reported and holder.overdue(time.time()):
+                reported = True
+                report_overdue(holder)
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise lock_timeout_error(name, holder, float(timeout or 0.0))
+            future: asyncio.Future[None] = loop.create_future()
+            with self._store.mutex:
+                if name not in self._store.holders:  # released between our try and now
+                    continue
+                self._store.waiters.setdefault(name, []).append(future)
+            try:
+                await asyncio.wait_for(future, remaining)
+            except asyncio.TimeoutError:
+                pass  # loop once more: the last try happens at the deadline
+            finally:
+                with self._store.mutex:
+                    waiting = self._store.waiters.get(name, [])
+                    if future in waiting:
+                        waiting.remove(future)
+                    if not waiting:
+                        self._store.waiters.pop(name, None)
+
+    async def release(self, lock: HeldLock) -> None:
+        """Release ``lock``; ``LockNotHeld`` if it was released already or is not from this provider."""
+        handle = lock.handle if isinstance(lock, HeldLock) else None
+        name = lock.name if isinstance(lock, HeldLock) else lock
+        if handle is None or handle not in self._held:
+            raise LockNotHeld(
+                f"lock {name!r} is not held by this provider (released already, or acquired elsewhere)", name=name
+            )
+        self._release(lock.name, handle)
+
+    def _release(self, name: str, handle: object) -> None:
+        store = self._store
+        with store.mutex:
+            self._held.discard(handle)
+            current = store.holders.get(name)
+            if current is not None and current[1] is handle:
+                del store.holders[name]
+            waiters = list(store.waiters.get(name, ()))
+        for future in waiters:
+            future.get_loop().call_soon_threadsafe(_wake, future)
+
+    async def holder(self, name: str) -> LockHolder | None:
+        """Who holds ``name`` right now, or None."""
+        check_lock_name(name)
+        with self._store.mutex:
+            current = self._store.holders.get(name)
+        return current[0] if current is not None else None
+
+    async def list_locks(self) -> list[LockHolder]:
+        """Every lock currently held in this store, sorted by name."""
+        with self._store.mutex:
+            holders = [holder for holder, _ in self._store.holders.values()]
+        return sorted(holders, key=lambda h: h.name)
+
+    async def close(self) -> None:
+        """Release every lock still held through this provider; it cannot be used afterwards."""
+        self._closed = True
+        with self._store.mutex:
+            mine = [(name, handle) for name, (_, handle) in self._store.holders.items() if handle in self._held]
+        for name, handle in mine:
+            self._release(name, handle)
+        self._held.clear()
