@@ -60,7 +60,7 @@ class Pool:
         self, data: Any, priority: int, delay: float, max_attempts: int | None, dedup_key: str | None
     ) -> NewItem:
         payload = to_json(data)
-        if priority != 0:
+        if priority.__class__ is not int or priority != 0:
             check_count("priority", priority, minimum=0)
         if delay != 0:
             check_nonnegative("delay", delay)
@@ -109,7 +109,7 @@ class Pool:
 
     async def claim_many(self, n: int, worker_id: str | None = None, *, lease: float | None = None) -> list[WorkItem]:
         """Claim up to ``n`` items at once, each with its own lease and fencing token."""
-        if n != 1:
+        if n.__class__ is not int or n != 1:
             check_count("n", n, maximum=10_000)
         lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
         wid = self._hive.anonymous_worker_id if worker_id is None else worker_id

@@ -45,8 +45,19 @@ class RefusingBackend:
 
 def make_item(**overrides: Any) -> WorkItem:
     fields: dict[str, Any] = dict(
-        id="7", pool="p", payload="{}", state=ItemState.CLAIMED, priority=0, attempts=1, max_attempts=5,
-        token=3, created_at=0.0, available_at=0.0, claimed_by="w1", lease_expires_at=100.0, lease_seconds=60.0,
+        id="7",
+        pool="p",
+        payload="{}",
+        state=ItemState.CLAIMED,
+        priority=0,
+        attempts=1,
+        max_attempts=5,
+        token=3,
+        created_at=0.0,
+        available_at=0.0,
+        claimed_by="w1",
+        lease_expires_at=100.0,
+        lease_seconds=60.0,
     )
     fields.update(overrides)
     return WorkItem(**fields)
