@@ -7,39 +7,111 @@ holds the group, the shared options, and the error boundary that turns a
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from typing import Any
 
 import click
 
+from workhive.cli.config_cmd import config_cmd
 from workhive.cli.context import CliContext
+from workhive.cli.dead_cmd import dead_cmd
+from workhive.cli.demo_cmd import demo_cmd
 from workhive.cli.plugins_cmd import plugins_cmd
+from workhive.cli.push_cmd import push_cmd
+from workhive.cli.reap_cmd import reap_cmd
+from workhive.cli.requeue_cmd import requeue_cmd
+from workhive.cli.status_cmd import status_cmd
+from workhive.cli.work_cmd import work_cmd
+from workhive.cli.workers_cmd import workers_cmd
 from workhive.errors import WorkhiveError
 
 __all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--storage",
+    metavar="URL",
+    default=None,
+    help="Storage URL (else WORKHIVE_STORAGE, workhive.toml, or sqlite:///.workhive/hive.db).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    default=None,
+    help="Read settings from this file (else WORKHIVE_CONFIG, or workhive.toml searched upward).",
+)
 @click.option("--no-plugins", is_flag=True, help="Load only workhive's built-ins, no installed plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(package_name="workhive")
 @click.pass_context
-def cli(ctx: click.Context, no_plugins: bool, debug: bool) -> None:
-    """Run fleets of workers over shared work pools."""
-    ctx.obj = CliContext(no_plugins=no_plugins, debug=debug)
+def cli(ctx: click.Context, storage: str | None, config_file: str | None, no_plugins: bool, debug: bool) -> None:
+    """Run fleets of workers over shared work pools.
+
+    \b
+    Quick start:
+      workhive demo                                   # the whole story against a local fake LLM API
+      workhive push emails items.jsonl                # JSON lines, one item each
+      workhive work emails --handler mymod:send --until-empty
+      workhive status
+    """
+    ctx.obj = CliContext(no_plugins=no_plugins, debug=debug, storage=storage, config_file=config_file)
 
 
-cli.add_command(plugins_cmd)
+for _command in (
+    push_cmd,
+    work_cmd,
+    status_cmd,
+    workers_cmd,
+    dead_cmd,
+    requeue_cmd,
+    reap_cmd,
+    plugins_cmd,
+    config_cmd,
+    demo_cmd,
+):
+    cli.add_command(_command)
+
+# `workhive locks` comes from the locks module when it is part of this install.
+try:
+    cli.add_command(importlib.import_module("workhive.cli.locks_cmd").locks_cmd)
+except ModuleNotFoundError as _exc:  # pragma: no cover - only while the module is absent
+    if _exc.name != "workhive.cli.locks_cmd":
+        raise
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    # Only the group's own options precede the command name; "--debug" after it belongs to the command.
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--debug":
+            return True
+        elif arg in ("--storage", "--config"):
+            skip = True  # their value follows
+        elif not arg.startswith("-"):
+            return False
+    return False
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point: errors become a message and exit status 2 (1 for failures)."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    """Console-script entry point.
+
+    Usage errors exit 2 with click's message; a ``WorkhiveError`` (bad config,
+    unknown plugin or handler, unreachable storage, unknown pool…) prints
+    ``error: <message>`` on stderr and exits 2, with a traceback only under
+    ``--debug``. A command's own exit status (``workhive work``) is passed on.
+    """
+    args = list(argv if argv is not None else sys.argv[1:])
+    debug = _debug_requested(args)
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         try:
-            return cli.main(args=argv, prog_name="workhive", standalone_mode=False)
+            rv = cli.main(args=args, prog_name="workhive", standalone_mode=False)
         except click.exceptions.Abort:
             click.echo("aborted", err=True)
             sys.exit(130)
@@ -51,3 +123,10 @@ def main(argv: list[str] | None = None) -> Any:
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+    # standalone_mode=False returns ctx.exit()'s code (an int) or the command's return value (None).
+    if isinstance(rv, int) and rv != 0:
+        sys.exit(rv)
+    return 0

@@ -1,24 +1,42 @@
-"""State shared by CLI commands: options from the group, the plugin manager."""
+"""State shared by CLI commands: options from the group, the plugin manager, config, the hive."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import warnings
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 import click
 
+from workhive.config import Config, load_config
+from workhive.errors import PoolNotFound, StorageUnavailable, WorkhiveError
+from workhive.hive import Hive
+from workhive.hive import open as open_hive
 from workhive.plugin_manager import PluginManager
 
-__all__ = ["CliContext", "pass_cli", "emit_json"]
+__all__ = ["CliContext", "pass_cli", "emit_json", "json_option", "format_age", "table"]
+
+T = TypeVar("T")
 
 
 @attrs.define
 class CliContext:
+    """What every command receives: global flags, and lazily the plugins, config and hive.
+
+    >>> CliContext(storage="memory://").config["storage"]  # doctest: +SKIP
+    'memory://'
+    """
+
     no_plugins: bool = False
     debug: bool = False
+    storage: str | None = None
+    config_file: str | None = None
     _manager: PluginManager | None = None
+    _config: Config | None = None
 
     @property
     def manager(self) -> PluginManager:
@@ -31,6 +49,54 @@ class CliContext:
                 click.echo(f"warning: {w.message}", err=True)
         return self._manager
 
+    def load_config(self, **flags: Any) -> Config:
+        """Settings with the group's ``--storage`` and these command ``flags`` on top."""
+        return load_config({"storage": self.storage, **flags}, config_file=self.config_file)
+
+    @property
+    def config(self) -> Config:
+        """Settings for commands that take no setting flags of their own (cached)."""
+        if self._config is None:
+            self._config = self.load_config()
+        return self._config
+
+    @contextlib.asynccontextmanager
+    async def hive(self, config: Config | None = None) -> AsyncIterator[Hive]:
+        """The configured hive, opened; failures to open become ``StorageUnavailable`` naming the URL."""
+        cfg = config or self.config
+        url = cfg["storage"]
+        hive = open_hive(
+            url,
+            locks=cfg["locks"],
+            backoff=cfg["backoff"],
+            manager=self.manager,
+            lease=cfg["lease"],
+            max_attempts=cfg["max_attempts"],
+            reap_after=cfg["reap_after"],
+        )
+        try:
+            await hive.open()
+        except WorkhiveError:
+            raise
+        except Exception as exc:
+            # A driver's own error (sqlite3.OperationalError, OSError…) is about *this* URL;
+            # say so in one line rather than a traceback.
+            raise StorageUnavailable(
+                f"cannot open storage {url!r} ({cfg.source('storage')}): {type(exc).__name__}: {exc}", url=url
+            ) from exc
+        try:
+            yield hive
+        finally:
+            await hive.close()
+
+    def run(self, factory: Callable[[], Awaitable[T]]) -> T:
+        """Run one coroutine to completion (commands are sync; the API is async)."""
+
+        async def main() -> T:
+            return await factory()
+
+        return asyncio.run(main())
+
 
 pass_cli = click.make_pass_decorator(CliContext)
 
@@ -38,3 +104,41 @@ pass_cli = click.make_pass_decorator(CliContext)
 def emit_json(data: Any) -> None:
     """Print ``data`` as JSON for scripts (one document, trailing newline)."""
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+async def require_pool(hive: Hive, name: str) -> None:
+    """``PoolNotFound`` listing the known pools unless ``name`` has items."""
+    hive.pool(name)  # validates the name first: a bad name is InvalidName, not "not found"
+    known = await hive.pools()
+    if name not in known:
+        listing = ", ".join(sorted(known)) or "none yet"
+        raise PoolNotFound(f"no pool named {name!r}; known pools: {listing}", pool=name, known=known)
+
+
+def format_age(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h10m``, ``-`` for None.
+
+    >>> format_age(185.2), format_age(None)
+    ('3m05s', '-')
+    """
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def table(rows: list[tuple[Any, ...]]) -> None:
+    """Print rows as left-aligned columns; the first row is the header."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    for row in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

@@ -1,0 +1,37 @@
+"""``workhive config``: every effective setting and where it came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, table
+from workhive.config import SETTINGS
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return ",".join(value) or "-"
+    return str(value)
+
+
+@click.command("config")
+@json_option
+@pass_cli
+def config_cmd(cli: CliContext, as_json: bool) -> None:
+    """Show each setting's effective value and its source.
+
+    Precedence: flags > WORKHIVE_* environment > workhive.toml or [tool.workhive]
+    in pyproject.toml (searched from here upward) > defaults.
+    """
+    config = cli.config
+    if as_json:
+        emit_json({"file": None if config.file is None else str(config.file), "settings": config.to_json()})
+        return
+    rows: list[tuple[Any, ...]] = [("SETTING", "VALUE", "SOURCE")]
+    rows.extend((s.key, _show(config[s.key]), config.source(s.key)) for s in SETTINGS)
+    table(rows)
+    click.echo(f"config file: {config.file or 'none found (workhive.toml or [tool.workhive] in pyproject.toml)'}")

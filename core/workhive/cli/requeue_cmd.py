@@ -1,0 +1,45 @@
+"""``workhive requeue POOL [ID…|--all]``: give poisoned items fresh attempts."""
+
+from __future__ import annotations
+
+import click
+
+from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, require_pool
+from workhive.errors import InvalidArgument
+from workhive.models import ItemState
+
+
+@click.command("requeue")
+@click.argument("pool")
+@click.argument("item_ids", metavar="[ID]...", nargs=-1)
+@click.option("--all", "requeue_all", is_flag=True, help="Requeue every poisoned item of POOL.")
+@json_option
+@pass_cli
+def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_all: bool, as_json: bool) -> None:
+    """Move poisoned items of POOL (the IDs given, or --all) back to pending with fresh attempts.
+
+    Every ID is checked first: an unknown or not-poisoned ID and nothing is requeued.
+    """
+    if bool(item_ids) == requeue_all:
+        raise click.UsageError("give the IDs of poisoned items to requeue, or --all (not both)")
+
+    async def requeue() -> int:
+        async with cli.hive() as hive:
+            await require_pool(hive, pool)
+            target = hive.pool(pool)
+            if requeue_all:
+                return await target.requeue()
+            for item_id in item_ids:
+                item = await target.get(item_id)  # ItemNotFound for an unknown id
+                if item.state is not ItemState.POISONED:
+                    raise InvalidArgument(
+                        f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned; nothing was requeued",
+                        item_id=item_id,
+                    )
+            return await target.requeue(item_ids)
+
+    count = cli.run(requeue)
+    if as_json:
+        emit_json({"pool": pool, "requeued": count})
+        return
+    click.echo(f"requeued {count} item{'s' if count != 1 else ''} in {pool}")

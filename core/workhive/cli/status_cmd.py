@@ -1,0 +1,86 @@
+"""``workhive status [POOL]``: item counts per pool and the health of the worker fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, require_pool, table
+from workhive.hive import Hive
+from workhive.models import PoolStats, WorkerRecord, WorkerStatus
+
+_GONE = (WorkerStatus.LOST, WorkerStatus.STOPPED)
+
+
+def worker_health(record: WorkerRecord, now: float, reap_after: float) -> str:
+    """``active``, ``stale`` (silent longer than ``reap_after``, not yet reaped), ``lost`` or ``stopped``."""
+    if record.status in _GONE:
+        return record.status.value
+    return "stale" if now - record.last_heartbeat >= reap_after else "active"
+
+
+def pool_json(stats: PoolStats, now: float) -> dict[str, Any]:
+    oldest = None if stats.oldest_pending_at is None else max(0.0, now - stats.oldest_pending_at)
+    return {
+        "pool": stats.pool,
+        "pending": stats.pending,
+        "delayed": stats.delayed,
+        "claimed": stats.claimed,
+        "done": stats.done,
+        "poisoned": stats.poisoned,
+        "oldest_pending_age": oldest,
+    }
+
+
+async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
+    """What ``status`` shows, as plain data (the ``--json`` document)."""
+    if pool is not None:
+        await require_pool(hive, pool)
+    names = [pool] if pool is not None else sorted(await hive.pools())
+    now = await hive.now()
+    pools = [pool_json(await hive.pool(name).stats(), now) for name in names]
+    records = await hive.workers.list(pool=pool) if pool is not None else await hive.workers.list()
+    counts = {"active": 0, "stale": 0, "lost": 0, "stopped": 0}
+    for record in records:
+        counts[worker_health(record, now, hive.reap_after)] += 1
+    return {"pools": pools, "workers": counts}
+
+
+@click.command("status")
+@click.argument("pool", required=False)
+@json_option
+@pass_cli
+def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
+    """Show pending, claimed, done and poisoned items per pool, and active, stale and lost workers.
+
+    With POOL, only that pool (and the workers serving it).
+    """
+
+    async def status() -> dict[str, Any]:
+        async with cli.hive() as hive:
+            return await gather_status(hive, pool)
+
+    data = cli.run(status)
+    if as_json:
+        emit_json(data)
+        return
+    if not data["pools"]:
+        click.echo(f"no pools yet in {cli.config['storage']} (push some work: workhive push POOL FILE)")
+    else:
+        rows: list[tuple[Any, ...]] = [("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "OLDEST")]
+        for p in data["pools"]:
+            rows.append(
+                (
+                    p["pool"],
+                    p["pending"],
+                    p["delayed"],
+                    p["claimed"],
+                    p["done"],
+                    p["poisoned"],
+                    format_age(p["oldest_pending_age"]),
+                )
+            )
+        table(rows)
+    w = data["workers"]
+    click.echo(f"workers: {w['active']} active, {w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")

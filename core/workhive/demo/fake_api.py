@@ -1,0 +1,198 @@
+"""A local fake LLM API for the demo: a real HTTP server on 127.0.0.1 that rate-limits per key.
+
+``POST /v1/summarize`` with ``Authorization: Bearer <key>`` and ``{"text": "…"}``
+answers ``{"summary": "…", "words": n}`` after a short simulated latency.
+Each key may make ``rate`` calls per ``window`` seconds (a fixed window, as
+many real APIs do); beyond that it answers 429 with ``Retry-After`` (whole
+seconds until the window resets) and an OpenAI-style error body. Revoked
+keys and unknown keys answer 401. ``GET /v1/stats`` returns per-key request
+counts (by key *label*, never the key itself).
+
+>>> with FakeLLMApi({"sk-a": "key-1"}, revoked={"sk-b": "key-3"}) as api:  # doctest: +SKIP
+...     print(api.url)  # http://127.0.0.1:54321
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+import attrs
+
+__all__ = ["FakeLLMApi", "KeyStats", "summarise_text"]
+
+
+@attrs.define
+class KeyStats:
+    """What the server saw from one key."""
+
+    requests: int = 0
+    ok: int = 0
+    rate_limited: int = 0
+    unauthorized: int = 0
+
+
+def summarise_text(text: str, max_words: int = 12) -> str:
+    """The fake model's "summary": the first sentence, cut to ``max_words`` words.
+
+    >>> summarise_text("Bees build hives. They make honey.")
+    'Bees build hives.'
+    """
+    first = text.strip().split(". ")[0].rstrip(".")
+    words = first.split()
+    return " ".join(words[:max_words]) + ("…" if len(words) > max_words else ".")
+
+
+class _Window:
+    """A fixed-window counter for one key."""
+
+    __slots__ = ("count", "started")
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.count = 0
+
+
+class FakeLLMApi:
+    """The server: start with ``start()`` (or ``with``), stop with ``stop()``.
+
+    ``keys`` maps each accepted key to a label; ``revoked`` maps keys that
+    always answer 401 to their labels. ``latency`` is seconds per successful
+    call (the "model" thinking).
+    """
+
+    def __init__(
+        self,
+        keys: Mapping[str, str],
+        *,
+        revoked: Mapping[str, str] | None = None,
+        rate: int = 15,
+        window: float = 1.0,
+        latency: float = 0.02,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.keys = dict(keys)
+        self.revoked = dict(revoked or {})
+        self.rate = rate
+        self.window = window
+        self.latency = latency
+        self.stats: dict[str, KeyStats] = {label: KeyStats() for label in (*self.keys.values(), *self.revoked.values())}
+        self._windows: dict[str, _Window] = {label: _Window() for label in self.keys.values()}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:54321`` (the port is picked free by the OS)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeLLMApi:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-llm-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLLMApi:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def stats_json(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {label: attrs.asdict(s) for label, s in sorted(self.stats.items())}
+
+    # -- the decision for one request ---------------------------------------
+    def _admit(self, key: str) -> tuple[int, dict[str, str], dict[str, Any]]:
+        """Status, extra headers and error body for ``key`` right now (200 with an empty body: go ahead)."""
+        with self._lock:
+            if key in self.revoked:
+                self.stats[self.revoked[key]].requests += 1
+                self.stats[self.revoked[key]].unauthorized += 1
+                return 401, {}, _error("authentication_error", "this API key has been revoked")
+            label = self.keys.get(key)
+            if label is None:
+                return 401, {}, _error("authentication_error", "unknown API key")
+            stats = self.stats[label]
+            stats.requests += 1
+            window = self._windows[label]
+            now = time.monotonic()
+            if now - window.started >= self.window:
+                window.started, window.count = now, 0
+            if window.count >= self.rate:
+                stats.rate_limited += 1
+                wait = max(1, math.ceil(window.started + self.window - now))
+                return 429, {"Retry-After": str(wait)}, _error("rate_limit_error", f"rate limit: {self.rate}/window")
+            window.count += 1
+            stats.ok += 1
+            return 200, {}, {}
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections as with a real API
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: the demo prints its own report
+                return
+
+            def _send(self, status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/stats":
+                    self._send(200, api.stats_json())
+                else:
+                    self._send(404, _error("not_found", f"no route {self.path}"))
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                if self.path != "/v1/summarize":
+                    self._send(404, _error("not_found", f"no route {self.path}"))
+                    return
+                auth = self.headers.get("Authorization", "")
+                key = auth[7:].strip() if auth.startswith("Bearer ") else ""
+                status, headers, error = api._admit(key)
+                if status != 200:
+                    self._send(status, error, headers)
+                    return
+                try:
+                    text = json.loads(raw)["text"]
+                    if not isinstance(text, str):
+                        raise TypeError("text must be a string")
+                except (ValueError, KeyError, TypeError) as exc:
+                    self._send(400, _error("invalid_request_error", f"body must be {{'text': str}}: {exc}"))
+                    return
+                time.sleep(api.latency)
+                self._send(200, {"summary": summarise_text(text), "words": len(text.split())})
+
+        return Handler
+
+
+def _error(kind: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message}}

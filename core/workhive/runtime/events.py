@@ -1,0 +1,103 @@
+"""Events a worker process reports to the supervisor, and their running tally.
+
+Children write one JSON array per line to a pipe (one ``os.write`` each, well
+under ``PIPE_BUF`` so lines from one writer never interleave), right after the
+storage call they describe: the supervisor's counts are exact for every
+process that exits normally. A process killed with SIGKILL can lose at most the
+event of the call it was making when it died.
+
+>>> tally = Tally()
+>>> tally.apply(["done", 3]); tally.apply(["rate_limited", "key-1"])
+>>> tally.done, tally.rate_limited
+(3, {'key-1': 1})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import attrs
+
+__all__ = ["EventSink", "ListSink", "PipeSink", "Tally"]
+
+# Event kinds (first element of each event):
+DONE = "done"  # n items completed
+FAILED = "failed"  # n failures put back for a retry
+POISONED = "poisoned"  # n items poisoned
+RELEASED = "released"  # n items given back without spending an attempt
+RATE_LIMITED = "rate_limited"  # credential name (or "-") hit a 429
+DISABLED = "disabled"  # credential name, reason
+WORKER = "worker"  # worker id registered
+WORKER_LOST = "worker_lost"  # worker id was declared lost while running
+START = "start"  # worker id, item id, token: the worker starts running this claim
+READY = "ready"  # the process loaded its handler and registered its workers
+FATAL = "fatal"  # exit code, message: the process cannot run (bad handler, storage down)
+
+
+class EventSink(Protocol):
+    def __call__(self, *event: Any) -> None: ...
+
+
+class PipeSink:
+    """Writes events as JSON lines to a pipe's write end (a child's side)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __call__(self, *event: Any) -> None:
+        line = json.dumps(event, separators=(",", ":"), default=str)
+        if len(line) > 3000:  # stay under PIPE_BUF so the write is atomic
+            line = json.dumps([*event[:2], str(event[2:])[:2000]], separators=(",", ":"))
+        try:
+            os.write(self.fd, (line + "\n").encode())
+        except OSError:  # the supervisor is gone; nobody is listening any more
+            pass
+
+
+class ListSink:
+    """Collects events in a list (in-process runs and tests)."""
+
+    def __init__(self, on_event: Callable[[list[Any]], None] | None = None) -> None:
+        self.events: list[list[Any]] = []
+        self._on_event = on_event
+
+    def __call__(self, *event: Any) -> None:
+        self.events.append(list(event))
+        if self._on_event is not None:
+            self._on_event(list(event))
+
+
+@attrs.define
+class Tally:
+    """Running counts over a fleet's events."""
+
+    done: int = 0
+    failed: int = 0
+    poisoned: int = 0
+    released: int = 0
+    rate_limited: dict[str, int] = attrs.field(factory=dict)
+    disabled: dict[str, str] = attrs.field(factory=dict)
+    workers_started: int = 0
+    workers_lost: int = 0
+
+    def apply(self, event: list[Any]) -> None:
+        kind = event[0]
+        if kind == DONE:
+            self.done += int(event[1])
+        elif kind == FAILED:
+            self.failed += int(event[1])
+        elif kind == POISONED:
+            self.poisoned += int(event[1])
+        elif kind == RELEASED:
+            self.released += int(event[1])
+        elif kind == RATE_LIMITED:
+            self.rate_limited[event[1]] = self.rate_limited.get(event[1], 0) + 1
+        elif kind == DISABLED:
+            self.disabled[event[1]] = str(event[2])
+        elif kind == WORKER:
+            self.workers_started += 1
+        elif kind == WORKER_LOST:
+            self.workers_lost += 1

@@ -1,0 +1,186 @@
+"""The fleet runtime's pure parts: handler loading, option checks, health, progress, event tally."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import textwrap
+
+import pytest
+
+from workhive.errors import ConfigError
+from workhive.runtime import FleetOptions, FleetProgress, check_options, format_line, load_handler, renderer_for
+from workhive.runtime.events import ListSink, Tally
+from workhive.runtime.health import HealthPolicy, WorkerHealth
+from workhive.runtime.progress import LineRenderer, LogRenderer
+
+
+@pytest.fixture
+def handler_module(tmp_path, monkeypatch):
+    (tmp_path / "rt_handlers.py").write_text(
+        textwrap.dedent(
+            """
+            VALUE = 3
+
+            def sync_handler(ctx):
+                return {"got": ctx}
+
+            async def async_handler(ctx):
+                return {"got": ctx}
+
+            class Box:
+                @staticmethod
+                def run(ctx):
+                    return ctx
+
+            class AsyncCallable:
+                async def __call__(self, ctx):
+                    return ctx
+
+            instance = AsyncCallable()
+            """
+        )
+    )
+    (tmp_path / "rt_broken.py").write_text("import not_a_real_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "rt_handlers"
+
+
+class TestLoadHandler:
+    def test_sync_function_runs_in_a_thread_and_returns_its_result(self, handler_module):
+        handler = load_handler(f"{handler_module}:sync_handler")
+        assert not handler.is_async
+        assert asyncio.run(handler("ctx")) == {"got": "ctx"}
+
+    def test_async_function_is_awaited(self, handler_module):
+        handler = load_handler(f"{handler_module}:async_handler")
+        assert handler.is_async
+        assert asyncio.run(handler("ctx")) == {"got": "ctx"}
+
+    def test_dotted_attribute_and_async_callable_instance(self, handler_module):
+        assert asyncio.run(load_handler(f"{handler_module}:Box.run")("x")) == "x"
+        assert load_handler(f"{handler_module}:instance").is_async
+
+    @pytest.mark.parametrize("spec", ["no_colon_here", "a:b:c", ":func", "module:", ""])
+    def test_malformed_spec_is_a_config_error(self, spec):
+        with pytest.raises(ConfigError, match=r"module:function|module and a function"):
+            load_handler(spec)
+
+    def test_unknown_module_names_the_module(self):
+        with pytest.raises(ConfigError, match=r"no module named 'surely_missing_mod'"):
+            load_handler("surely_missing_mod:run")
+
+    def test_module_whose_own_import_fails_reports_that_error(self, handler_module):
+        with pytest.raises(ConfigError, match=r"importing module 'rt_broken' failed.*not_a_real_dependency_xyz"):
+            load_handler("rt_broken:run")
+
+    def test_unknown_function_lists_what_the_module_has(self, handler_module):
+        with pytest.raises(ConfigError, match=r"has no attribute 'nope'.*sync_handler"):
+            load_handler(f"{handler_module}:nope")
+
+    def test_not_callable_says_what_it_is(self, handler_module):
+        with pytest.raises(ConfigError, match=r"'VALUE' is a int, not a function"):
+            load_handler(f"{handler_module}:VALUE")
+
+
+class TestCheckOptions:
+    def test_defaults_are_valid(self):
+        check_options(FleetOptions(pool="jobs", handler="m:f"))
+
+    @pytest.mark.parametrize(
+        ("changes", "message"),
+        [
+            ({"processes": 0}, "processes must be an integer >= 1"),
+            ({"concurrency": -1}, "concurrency"),
+            ({"batch": 0}, "batch"),
+            ({"lease": 0}, "lease must be a number of seconds > 0"),
+            ({"heartbeat": 60.0, "lease": 30.0}, "heartbeat .* must be shorter than lease"),
+            ({"heartbeat": 5.0, "lease": 30.0, "reap_after": 5.0}, "shorter than reap_after"),
+            ({"grace": -1}, "grace must be a number of seconds >= 0"),
+            ({"min_processes": 4, "max_processes": 2}, "must not exceed max_processes"),
+            ({"pool": "bad name!"}, "pool name"),
+        ],
+    )
+    def test_bad_option_is_named(self, changes, message):
+        with pytest.raises(ConfigError, match=message):
+            check_options(FleetOptions(**({"pool": "jobs", "handler": "m:f"} | changes)))
+
+
+class TestHealth:
+    def test_pauses_double_after_consecutive_failures_and_a_success_resets(self):
+        health = WorkerHealth(HealthPolicy(failures_before_pause=2, pause=1.0, max_pause=3.0, recovery_pauses=10))
+        pauses = []
+        for _ in range(3):
+            health.failure()
+            health.failure()
+            pauses.append(health.pause_seconds())
+        assert pauses == [1.0, 2.0, 3.0]
+        health.success()
+        health.failure()
+        assert health.pause_seconds() == 0.0
+
+    def test_exhausted_after_the_recovery_budget(self):
+        health = WorkerHealth(HealthPolicy(failures_before_pause=1, pause=0.1, recovery_pauses=2))
+        for _ in range(2):
+            health.failure()
+            assert health.pause_seconds() > 0
+        assert not health.exhausted
+        health.failure()
+        assert health.exhausted
+        assert health.pause_seconds() == 0.0
+
+
+class TestEventsAndProgress:
+    def test_tally_counts_every_kind(self):
+        sink = ListSink()
+        for event in (
+            ("done", 5),
+            ("failed", 1),
+            ("poisoned", 2),
+            ("released", 3),
+            ("rate_limited", "K1"),
+            ("rate_limited", "K1"),
+            ("disabled", "K2", "401"),
+            ("worker", "w1"),
+            ("worker_lost", "w1"),
+            ("start", "w1", "i", 1),
+        ):
+            sink(*event)
+        tally = Tally()
+        for event in sink.events:
+            tally.apply(event)
+        assert (tally.done, tally.failed, tally.poisoned, tally.released) == (5, 1, 2, 3)
+        assert tally.rate_limited == {"K1": 2} and tally.disabled == {"K2": "401"}
+        assert (tally.workers_started, tally.workers_lost) == (1, 1)
+
+    def _progress(self, **kw):
+        base = dict(pool="p", elapsed=75.0, done=10, failed=0, poisoned=1, released=0, rate=2.0, eta=5.0)
+        base |= dict(pending=8, delayed=1, claimed=1, processes=2, workers=4)
+        return FleetProgress(**(base | kw))
+
+    def test_line_shows_counts_rate_eta_and_429s_per_credential(self):
+        line = format_line(self._progress(rate_limited={"KEY_2": 3, "KEY_1": 1}, disabled={"KEY_3": "401"}))
+        assert "10 done" in line and "1 poisoned" in line and "10 left" in line
+        assert "2.0/s, ETA 5s" in line and "429s KEY_1=1 KEY_2=3" in line and "disabled KEY_3" in line
+        assert line.endswith("1m15s")
+
+    def test_log_renderer_throttles_but_always_prints_the_final_state(self):
+        out = io.StringIO()
+        render = LogRenderer(out, interval=3600)
+        render(self._progress())
+        render(self._progress(done=11))
+        render(self._progress(done=12, final=True))
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 2 and "12 done" in lines[-1]
+
+    def test_line_renderer_redraws_in_place(self):
+        out = io.StringIO()
+        render = LineRenderer(out)
+        render(self._progress())
+        render(self._progress(final=True))
+        assert out.getvalue().count("\r") == 2 and out.getvalue().endswith("\n")
+
+    def test_renderer_choice(self):
+        assert renderer_for("none") is None
+        assert isinstance(renderer_for("auto", io.StringIO()), LogRenderer)  # not a TTY
+        assert isinstance(renderer_for("bar", io.StringIO()), LineRenderer)

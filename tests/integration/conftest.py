@@ -1,0 +1,64 @@
+"""Shared helpers for the runtime's integration tests (every plugin installed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def fleet_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def run_script(tmp_path):
+    """Run a Python snippet in a fresh interpreter (as a user's script would) and return the process."""
+
+    def start(code: str, *, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        script = tmp_path / f"script_{len(list(tmp_path.glob('script_*.py')))}.py"
+        script.write_text(textwrap.dedent(code))
+        return subprocess.Popen(
+            [sys.executable, str(script)],
+            env=env or fleet_env(),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    return start
+
+
+def report_of(stdout: str) -> dict[str, Any]:
+    """The ``REPORT {...}`` line a fleet script prints."""
+    for line in stdout.splitlines():
+        if line.startswith("REPORT "):
+            return json.loads(line[len("REPORT ") :])  # type: ignore[no-any-return]
+    raise AssertionError(f"no report in output: {stdout!r}")
+
+
+FLEET_SCRIPT = """
+import json, sys, attrs
+from workhive.runtime import FleetOptions, run_fleet
+if __name__ == "__main__":
+    options = FleetOptions(**json.loads(sys.argv[1]) if len(sys.argv) > 1 else {OPTIONS})
+    report = run_fleet(options)
+    print("REPORT " + json.dumps(attrs.asdict(report)), flush=True)
+    sys.exit(report.exit_code)
+"""
+
+
+def fleet_script(**options: Any) -> str:
+    return FLEET_SCRIPT.replace("{OPTIONS}", repr(options))

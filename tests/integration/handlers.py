@@ -1,0 +1,81 @@
+"""Small handlers the runtime tests run (imported by worker processes through PYTHONPATH)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import workhive
+
+NOT_A_FUNCTION = 42
+
+
+def noop(ctx: Any) -> None:
+    return None
+
+
+def echo_sync(ctx: Any) -> dict[str, Any]:
+    return {"n": ctx.data["n"], "attempt": ctx.attempt, "worker": ctx.worker_id, "sync": True}
+
+
+async def echo_async(ctx: Any) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return {"n": ctx.data["n"], "attempt": ctx.attempt, "worker": ctx.worker_id, "sync": False}
+
+
+def signals(ctx: Any) -> Any:
+    """Does what the item says: ok, rate_limit, auth, permanent, boom, bad_result."""
+    what = ctx.data["do"]
+    if what == "rate_limit":
+        raise workhive.RateLimited(retry_after=0.01)
+    if what == "auth":
+        raise workhive.AuthFailed(reason="401 from the test API")
+    if what == "permanent":
+        raise workhive.Permanent("this input can never work")
+    if what == "boom":
+        raise RuntimeError("transient boom")
+    if what == "bad_result":
+        return {"not json": object()}
+    if what == "rate_limit_once" and ctx.item.releases == 0:
+        raise workhive.RateLimited(retry_after=0.01)
+    return {"ok": what, "credential": getattr(ctx.credential, "name", None)}
+
+
+def _log_line(line: str) -> None:
+    path = os.environ.get("WORKHIVE_TEST_LOG")
+    if path:
+        with open(path, "a") as f:  # one short append per call: atomic enough for tests
+            f.write(line + "\n")
+
+
+def tokened(ctx: Any) -> dict[str, Any]:
+    """Records the claim (id, token, pid) and returns it as the result, so a test can tell which claim won."""
+    _log_line(f"{ctx.item.id} {ctx.item.token} {os.getpid()}")
+    delay = float(os.environ.get("WORKHIVE_TEST_SLEEP", "0"))
+    if delay:
+        time.sleep(delay)
+    return {"token": ctx.item.token, "pid": os.getpid()}
+
+
+def crashy(ctx: Any) -> dict[str, Any]:
+    """Kills its own process for items marked ``crash``; everything else succeeds."""
+    if ctx.data.get("crash"):
+        os._exit(1)
+    return {"n": ctx.data["n"]}
+
+
+def slow(ctx: Any) -> dict[str, Any]:
+    """Sleeps ``seconds`` (in the thread pool), recording start and end."""
+    _log_line(f"start {ctx.item.id}")
+    time.sleep(float(ctx.data["seconds"]))
+    _log_line(f"end {ctx.item.id}")
+    return {"slept": ctx.data["seconds"]}
+
+
+def auth_for(ctx: Any) -> dict[str, Any]:
+    """Fails authentication only with the credential named in the item's ``bad``."""
+    if ctx.credential is not None and ctx.credential.name == ctx.data["bad"]:
+        raise workhive.AuthFailed(reason=f"401 for {ctx.credential.name}")
+    return {"credential": getattr(ctx.credential, "name", None)}
