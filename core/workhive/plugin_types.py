@@ -8,7 +8,7 @@ cheaply and load its driver inside the factory.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -36,6 +36,11 @@ def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) 
         )
 
 
+def _schemes(value: Iterable[str]) -> tuple[str, ...]:
+    # A typed converter: mypy cannot see through ``converter=tuple`` for str input.
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     for scheme in value:
         _check_name(instance, attribute, scheme)
@@ -53,7 +58,7 @@ class StoragePlugin:
     name: str = attrs.field(validator=_check_name)
     factory: Callable[..., Any] = attrs.field(validator=_check_callable)
     description: str = ""
-    schemes: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_check_schemes)
+    schemes: tuple[str, ...] = attrs.field(default=(), converter=_schemes, validator=_check_schemes)
 
     @property
     def all_schemes(self) -> tuple[str, ...]:
@@ -67,7 +72,7 @@ class LocksPlugin:
     name: str = attrs.field(validator=_check_name)
     factory: Callable[..., Any] = attrs.field(validator=_check_callable)
     description: str = ""
-    schemes: tuple[str, ...] = attrs.field(default=(), converter=tuple, validator=_check_schemes)
+    schemes: tuple[str, ...] = attrs.field(default=(), converter=_schemes, validator=_check_schemes)
 
     @property
     def all_schemes(self) -> tuple[str, ...]:
