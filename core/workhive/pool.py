@@ -104,8 +104,15 @@ class Pool:
     # -- consuming ----------------------------------------------------------
     async def claim(self, worker_id: str | None = None, *, lease: float | None = None) -> WorkItem | None:
         """Claim the next available item, or None. The lease is ``lease`` seconds (default: the hive's)."""
-        items = await self.claim_many(1, worker_id, lease=lease)
-        return items[0] if items else None
+        # claim_many(1, ...) inlined: this is the hottest call of a worker loop.
+        lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
+        wid = self._hive.anonymous_worker_id if worker_id is None else worker_id
+        items = await self._backend.claim(self.name, wid, 1, lease_s)
+        if not items:
+            return None
+        if self._ev_claimed:
+            self._hive.manager.hook.workhive_item_claimed(pool=self.name, item=items[0], worker_id=wid)
+        return items[0]
 
     async def claim_many(self, n: int, worker_id: str | None = None, *, lease: float | None = None) -> list[WorkItem]:
         """Claim up to ``n`` items at once, each with its own lease and fencing token."""

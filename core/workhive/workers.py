@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any
 
-from workhive.errors import WorkerNotFound
+from workhive.errors import InvalidArgument, WorkerNotFound
 from workhive.models import ReapedWorker, WorkerFilter, WorkerRecord, WorkerRegistration, WorkerStatus
 from workhive.validation import check_name, check_positive
 
@@ -42,7 +42,12 @@ class Workers:
 
     async def update_status(self, worker_id: str, status: WorkerStatus | str, detail: str | None = None) -> None:
         """Record what the worker is doing (idle, busy, paused, stopping…)."""
-        await self._backend.set_worker_status(worker_id, WorkerStatus(status), detail)
+        try:
+            state = WorkerStatus(status)
+        except ValueError:
+            allowed = ", ".join(s.value for s in WorkerStatus if s is not WorkerStatus.LOST)
+            raise InvalidArgument(f"unknown worker status {status!r}; use one of {allowed}", value=status) from None
+        await self._backend.set_worker_status(worker_id, state, detail)
 
     async def get(self, worker_id: str) -> WorkerRecord:
         """The worker's record; ``WorkerNotFound`` if it never registered."""

@@ -1,0 +1,47 @@
+"""Test helpers for plugin authors: the storage contract suite and a manual clock.
+
+Opt-in (import it from your tests); it is not a pytest plugin of the core.
+Your backend's tests subclass the contract classes and override one method::
+
+    from workhive.testing import StorageContract, StorageStatefulContract
+
+    class TestMyBackend(StorageContract):
+        def make_backend(self, clock, tmp_path):
+            return MyBackend("mystore://test", clock=clock)
+
+    class TestMyBackendModel(StorageStatefulContract):
+        def make_backend(self, clock, tmp_path):
+            return MyBackend("mystore://test", clock=clock)
+
+Needs pytest, pytest-asyncio and hypothesis (``pip install workhive[testing]``).
+Other contract suites (locks, backoff, credentials) live in sibling modules
+such as ``workhive.testing.locks`` and are imported by path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workhive.testing.clock import ManualClock
+    from workhive.testing.stateful import StorageStatefulContract
+    from workhive.testing.storage import StorageContract
+
+__all__ = ["ManualClock", "StorageContract", "StorageStatefulContract"]
+
+_HOMES = {
+    "ManualClock": "workhive.testing.clock",
+    "StorageContract": "workhive.testing.storage",
+    "StorageStatefulContract": "workhive.testing.stateful",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that importing a sibling suite (workhive.testing.locks) or the
+    # clock does not pull in pytest and hypothesis.
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workhive.testing' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,31 @@
+"""The distribution is found through its entry point, like any installed plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+import workhive
+from workhive.errors import ConfigError
+
+
+def test_the_entry_point_provides_the_list_scheme() -> None:
+    manager = workhive.PluginManager()
+    plugin = manager.get("storage", "list")
+    assert plugin.name == "listbackend"
+    assert "listbackend" in [p.name for p in manager.plugins() if p.status == "active"]
+
+
+@pytest.mark.asyncio
+async def test_open_by_url() -> None:
+    async with workhive.open("list://", manager=workhive.PluginManager()) as hive:
+        pool = hive.pool("jobs")
+        await pool.push({"n": 1})
+        item = await pool.claim("me")
+        assert item is not None
+        await pool.complete(item, "ok")
+        assert (await pool.get(item.id)).result == "ok"
+
+
+def test_malformed_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="list://"):
+        workhive.open("list://somewhere", manager=workhive.PluginManager())

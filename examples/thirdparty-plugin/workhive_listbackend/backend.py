@@ -1,0 +1,423 @@
+"""``ListStorage``: the storage contract with the simplest data structures that work.
+
+Every item is a row in one list, and every operation scans it: O(n) per call,
+fine for a teaching example and for a few thousand items, not for a fleet
+(use workhive-memory for speed, workhive-sqlite for durability). What matters
+here is the semantics, which ``workhive.testing.StorageContract`` checks.
+
+Nothing in a method awaits between reading and writing, so concurrent asyncio
+tasks cannot claim the same item (the atomicity the contract requires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+from workhive import (
+    Ack,
+    ConfigError,
+    ItemState,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerLost,
+    WorkerNotFound,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+
+__all__ = ["ListStorage"]
+
+
+@dataclasses.dataclass
+class _Row:
+    """One item, mutable; ``WorkItem`` snapshots are made from it for callers."""
+
+    id: str
+    pool: str
+    seq: int
+    payload: str
+    priority: int
+    max_attempts: int
+    dedup_key: str | None
+    created_at: float
+    available_at: float
+    state: ItemState = ItemState.PENDING
+    attempts: int = 0
+    token: int = 0
+    claimed_by: str | None = None
+    lease_expires_at: float | None = None
+    lease_seconds: float | None = None
+    error: str | None = None
+    result_payload: str | None = None
+    finished_at: float | None = None
+    releases: int = 0
+
+    def snapshot(self) -> WorkItem:
+        fields = dataclasses.asdict(self)
+        del fields["seq"]
+        return WorkItem(**fields)
+
+    def to_pending(self, available_at: float) -> None:
+        self.state = ItemState.PENDING
+        self.available_at = available_at
+        self.claimed_by = self.lease_expires_at = self.lease_seconds = None
+
+    def to_finished(self, state: ItemState, now: float) -> None:
+        self.state = state
+        self.finished_at = now
+        self.lease_expires_at = self.lease_seconds = None
+
+
+class ListStorage:
+    """A ``workhive.StorageBackend`` over plain lists; ``clock`` lets tests move time.
+
+    >>> import asyncio, workhive
+    >>> async def main():
+    ...     async with workhive.Hive(ListStorage("list://")) as hive:
+    ...         await hive.pool("jobs").push("hello")
+    ...         return (await hive.pool("jobs").claim("me")).data
+    >>> asyncio.run(main())
+    'hello'
+    """
+
+    capabilities: frozenset[str] = frozenset()  # no "notify": wait_for_work just sleeps
+
+    def __init__(self, url: str = "list://", *, clock: Callable[[], float] | None = None) -> None:
+        if url != "list://":
+            raise ConfigError(f"list storage URL {url!r} is malformed: the only form is list://", url=url)
+        self._clock = clock or time.time
+        self._rows: list[_Row] = []
+        self._seq = 0
+        self._workers: list[WorkerRecord] = []
+        self._state: dict[tuple[str, str], tuple[str, float | None]] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def now(self) -> float:
+        return self._clock()
+
+    # -- helpers ------------------------------------------------------------
+    def _find(self, pool: str, item_id: str) -> _Row | None:
+        return next((r for r in self._rows if r.pool == pool and r.id == item_id), None)
+
+    def _held(self, pool: str, item_id: str, token: int, now: float) -> _Row | None:
+        """The row if this claim is still live: CLAIMED, same token, lease not expired."""
+        row = self._find(pool, item_id)
+        if row is None or row.state is not ItemState.CLAIMED or row.token != token:
+            return None
+        return row if row.lease_expires_at is not None and row.lease_expires_at > now else None
+
+    def _settle_expired(self, pool: str, now: float) -> None:
+        """Expired leases: back to PENDING (available at expiry), or POISONED when attempts are spent."""
+        for row in self._rows:
+            if row.pool != pool or row.state is not ItemState.CLAIMED:
+                continue
+            if row.lease_expires_at is None or row.lease_expires_at > now:
+                continue
+            if row.attempts >= row.max_attempts:
+                row.error = f"lease expired on attempt {row.attempts} of {row.max_attempts}"
+                row.to_finished(ItemState.POISONED, now)
+            else:
+                row.to_pending(row.lease_expires_at)
+
+    # -- items --------------------------------------------------------------
+    async def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        now = self._clock()
+        ids: list[str] = []
+        for new in items:
+            live = None
+            if new.dedup_key is not None:
+                live = next(
+                    (
+                        r
+                        for r in self._rows
+                        if r.pool == pool
+                        and r.dedup_key == new.dedup_key
+                        and r.state in (ItemState.PENDING, ItemState.CLAIMED)
+                    ),
+                    None,
+                )
+            if live is not None:
+                ids.append(live.id)
+                continue
+            self._seq += 1
+            row = _Row(
+                id=f"item-{self._seq}",
+                pool=pool,
+                seq=self._seq,
+                payload=new.payload,
+                priority=new.priority,
+                max_attempts=new.max_attempts,
+                dedup_key=new.dedup_key,
+                created_at=now,
+                available_at=now + new.delay,
+            )
+            self._rows.append(row)
+            ids.append(row.id)
+        return ids
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        now = self._clock()
+        self._settle_expired(pool, now)
+        ready = [r for r in self._rows if r.pool == pool and r.state is ItemState.PENDING and r.available_at <= now]
+        ready.sort(key=lambda r: (-r.priority, r.available_at, r.seq))
+        claimed = []
+        for row in ready[:limit]:
+            row.state = ItemState.CLAIMED
+            row.claimed_by = worker_id
+            row.attempts += 1
+            row.token += 1
+            row.lease_seconds = lease
+            row.lease_expires_at = now + lease
+            claimed.append(row.snapshot())
+        return claimed
+
+    async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        now = self._clock()
+        accepted = []
+        for ack in acks:
+            row = self._held(pool, ack.item_id, ack.token, now)
+            if row is not None:
+                row.result_payload = ack.result
+                row.to_finished(ItemState.DONE, now)
+            accepted.append(row is not None)
+        return accepted
+
+    async def fail(
+        self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
+    ) -> ItemState | None:
+        now = self._clock()
+        row = self._held(pool, item_id, token, now)
+        if row is None:
+            return None
+        row.error = error
+        if poison or row.attempts >= row.max_attempts:
+            row.to_finished(ItemState.POISONED, now)
+        else:
+            row.to_pending(now + retry_in)
+        return row.state
+
+    async def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
+        now = self._clock()
+        row = self._held(pool, item_id, token, now)
+        if row is None:
+            return False
+        row.attempts -= 1
+        row.releases += 1
+        row.to_pending(now + delay)
+        return True
+
+    async def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
+        now = self._clock()
+        row = self._held(pool, item_id, token, now)
+        if row is None:
+            return None
+        row.lease_seconds = lease
+        row.lease_expires_at = now + lease
+        return row.lease_expires_at
+
+    async def get(self, pool: str, item_id: str) -> WorkItem | None:
+        row = self._find(pool, item_id)
+        return None if row is None else row.snapshot()
+
+    async def list_items(self, pool: str, state: ItemState, limit: int, offset: int = 0) -> list[WorkItem]:
+        rows = [r for r in self._rows if r.pool == pool and r.state is state]
+        return [r.snapshot() for r in rows[offset : offset + limit]]
+
+    async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        now = self._clock()
+        count = 0
+        for row in self._rows:
+            if row.pool == pool and row.state is ItemState.POISONED and (item_ids is None or row.id in item_ids):
+                row.to_pending(now)
+                row.attempts = 0
+                row.finished_at = None
+                count += 1
+        return count
+
+    async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        released, poisoned = self._release_worker(pool, worker_id, spend_attempt)
+        return released + poisoned
+
+    def _release_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> tuple[int, int]:
+        now = self._clock()
+        released = poisoned = 0
+        for row in self._rows:
+            if row.state is not ItemState.CLAIMED or row.claimed_by != worker_id:
+                continue
+            if pool is not None and row.pool != pool:
+                continue
+            if not spend_attempt:
+                row.attempts -= 1
+                row.releases += 1
+            if spend_attempt and row.attempts >= row.max_attempts:
+                row.error = f"worker {worker_id} was lost holding it on its last attempt"
+                row.to_finished(ItemState.POISONED, now)
+                poisoned += 1
+            else:
+                row.to_pending(now)
+                released += 1
+        return released, poisoned
+
+    async def purge(self, pool: str, older_than: float) -> int:
+        cutoff = self._clock() - older_than
+        keep = [
+            r
+            for r in self._rows
+            if not (
+                r.pool == pool
+                and r.state in (ItemState.DONE, ItemState.POISONED)
+                and r.finished_at is not None
+                and r.finished_at <= cutoff
+            )
+        ]
+        removed = len(self._rows) - len(keep)
+        self._rows = keep
+        return removed
+
+    async def stats(self, pool: str) -> PoolStats:
+        now = self._clock()
+        self._settle_expired(pool, now)
+        rows = [r for r in self._rows if r.pool == pool]
+        ready = [r for r in rows if r.state is ItemState.PENDING and r.available_at <= now]
+        return PoolStats(
+            pool,
+            pending=len(ready),
+            delayed=sum(1 for r in rows if r.state is ItemState.PENDING and r.available_at > now),
+            claimed=sum(1 for r in rows if r.state is ItemState.CLAIMED),
+            done=sum(1 for r in rows if r.state is ItemState.DONE),
+            poisoned=sum(1 for r in rows if r.state is ItemState.POISONED),
+            oldest_pending_at=min((r.available_at for r in ready), default=None),
+        )
+
+    async def pools(self) -> list[str]:
+        return sorted({r.pool for r in self._rows})
+
+    async def wait_for_work(self, pool: str, timeout: float) -> None:
+        # Without "notify" this may simply sleep; callers re-check by claiming.
+        await asyncio.sleep(min(timeout, 0.05))
+
+    # -- workers ------------------------------------------------------------
+    def _worker_index(self, worker_id: str) -> int:
+        for i, record in enumerate(self._workers):
+            if record.worker_id == worker_id:
+                return i
+        raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
+
+    async def register_worker(self, registration: WorkerRegistration) -> WorkerRecord:
+        now = self._clock()
+        self._workers = [w for w in self._workers if w.worker_id != registration.worker_id]
+        record = WorkerRecord(
+            registration.worker_id,
+            registration.host,
+            registration.pid,
+            tuple(registration.pools),
+            tuple(registration.capabilities),
+            WorkerStatus.STARTING,
+            registered_at=now,
+            last_heartbeat=now,
+        )
+        self._workers.append(record)
+        return record
+
+    async def heartbeat(self, worker_id: str) -> WorkerRecord:
+        i = self._worker_index(worker_id)
+        if self._workers[i].status is WorkerStatus.LOST:
+            raise WorkerLost(f"worker {worker_id!r} was declared lost; stop and register again", worker_id=worker_id)
+        now = self._clock()
+        self._workers[i] = _evolve(self._workers[i], now)
+        for row in self._rows:
+            if row.state is ItemState.CLAIMED and row.claimed_by == worker_id and row.lease_expires_at is not None:
+                if row.lease_expires_at > now and row.lease_seconds is not None:
+                    row.lease_expires_at = now + row.lease_seconds
+        return self._workers[i]
+
+    async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        i = self._worker_index(worker_id)
+        old = self._workers[i]
+        self._workers[i] = WorkerRecord(
+            old.worker_id,
+            old.host,
+            old.pid,
+            old.pools,
+            old.capabilities,
+            status,
+            old.registered_at,
+            old.last_heartbeat,
+            detail,
+        )
+
+    async def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        return next((w for w in self._workers if w.worker_id == worker_id), None)
+
+    async def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
+        now = self._clock()
+        return sorted((w for w in self._workers if filter.matches(w, now)), key=lambda w: w.registered_at)
+
+    async def reap(self, threshold: float) -> list[ReapedWorker]:
+        now = self._clock()
+        reaped = []
+        for record in list(self._workers):
+            if record.status in (WorkerStatus.LOST, WorkerStatus.STOPPED):
+                continue
+            if now - record.last_heartbeat <= threshold:
+                continue
+            await self.set_worker_status(record.worker_id, WorkerStatus.LOST, record.detail)
+            released, poisoned = self._release_worker(None, record.worker_id, spend_attempt=True)
+            reaped.append(ReapedWorker(record.worker_id, record.last_heartbeat, released, poisoned))
+        return reaped
+
+    # -- shared state -------------------------------------------------------
+    def _live(self, namespace: str, key: str) -> str | None:
+        entry = self._state.get((namespace, key))
+        if entry is None:
+            return None
+        value, expires = entry
+        if expires is not None and expires <= self._clock():
+            del self._state[(namespace, key)]
+            return None
+        return value
+
+    async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        self._state[(namespace, key)] = (value, None if ttl is None else self._clock() + ttl)
+
+    async def state_get(self, namespace: str, key: str) -> str | None:
+        return self._live(namespace, key)
+
+    async def state_scan(self, namespace: str) -> dict[str, str]:
+        found = {}
+        for ns, key in list(self._state):
+            value = self._live(ns, key) if ns == namespace else None
+            if value is not None:
+                found[key] = value
+        return found
+
+    async def state_delete(self, namespace: str, key: str) -> bool:
+        present = self._live(namespace, key) is not None
+        self._state.pop((namespace, key), None)
+        return present
+
+
+def _evolve(record: WorkerRecord, last_heartbeat: float) -> WorkerRecord:
+    return WorkerRecord(
+        record.worker_id,
+        record.host,
+        record.pid,
+        record.pools,
+        record.capabilities,
+        record.status,
+        record.registered_at,
+        last_heartbeat,
+        record.detail,
+    )

@@ -1,0 +1,85 @@
+"""What is particular to the memory backend: URLs, named stores, the plugin, its indexes."""
+
+from __future__ import annotations
+
+import pytest
+
+import workhive
+from workhive.errors import ConfigError
+from workhive.testing import ManualClock
+from workhive_memory.storage import MemoryStorage, parse_memory_url
+
+
+@pytest.mark.parametrize(
+    "url", ["memory:", "memory:///x", "memory://a/b", "memory://a?x=1", "sqlite://x", "memory://-x", 42]
+)
+def test_malformed_urls_are_config_errors(url: object) -> None:
+    with pytest.raises(ConfigError, match="memory://"):
+        MemoryStorage(url)  # type: ignore[arg-type]
+
+
+def test_url_names() -> None:
+    assert parse_memory_url("memory://") is None
+    assert parse_memory_url("memory://team.a_1-b") == "team.a_1-b"
+
+
+def test_the_plugin_is_found_by_scheme_with_its_lock_provider() -> None:
+    manager = workhive.PluginManager()
+    assert manager.get("storage", "memory").name == "memory"
+    assert manager.get("locks", "memory").name == "memory"
+    info = {p.name: p for p in manager.plugins()}["memory"]
+    assert (info.distribution, info.version, info.status) == ("workhive-memory", "0.1.0", "active")
+    assert info.provides == {"storage": ("memory",), "locks": ("memory",)}
+
+
+def test_unknown_factory_options_are_refused() -> None:
+    with pytest.raises(ConfigError, match="synchronous"):
+        workhive.open("memory://", manager=workhive.PluginManager(), synchronous="full")
+
+
+@pytest.mark.asyncio
+async def test_a_named_store_is_shared_and_a_private_one_is_not() -> None:
+    manager = workhive.PluginManager()
+    async with (
+        workhive.open("memory://shared-test", manager=manager) as one,
+        workhive.open("memory://shared-test", manager=manager) as two,
+        workhive.open("memory://", manager=manager) as private,
+    ):
+        item_id = await one.pool("jobs").push("x")
+        assert (await two.pool("jobs").get(item_id)).data == "x"
+        assert await private.pools() == []
+        item = await two.pool("jobs").claim("w")
+        assert item is not None and await one.pool("jobs").claim("w") is None
+
+
+@pytest.mark.asyncio
+async def test_stale_lease_entries_are_compacted() -> None:
+    clock = ManualClock()
+    backend = MemoryStorage("memory://", clock=clock)
+    async with workhive.Hive(backend, manager=workhive.PluginManager(entry_points=False)) as hive:
+        pool = hive.pool("jobs")
+        await pool.push_many(range(20_000))
+        for _ in range(20_000):
+            item = await pool.claim("w")
+            assert item is not None
+            await pool.complete(item)
+        index = backend._store.pools["jobs"]
+        # Each completion leaves a stale lease entry; the heap must not keep them all.
+        assert len(index.leases) < 10_000
+        assert (await pool.stats()).done == 20_000
+
+
+@pytest.mark.asyncio
+async def test_claim_cost_does_not_scan_claimed_items() -> None:
+    """Expired-lease settlement looks at the heap's head only: claimed items stay untouched."""
+    clock = ManualClock()
+    backend = MemoryStorage("memory://", clock=clock)
+    async with workhive.Hive(backend, manager=workhive.PluginManager(entry_points=False)) as hive:
+        pool = hive.pool("jobs")
+        await pool.push_many(range(1000))
+        held = await pool.claim_many(999, "w", lease=1000.0)
+        clock.advance(1.0)
+        index = backend._store.pools["jobs"]
+        assert index.claimable_soon() == held[0].lease_expires_at
+        last = await pool.claim("w")
+        assert last is not None and index.ready.size == 0
