@@ -1,0 +1,302 @@
+"""Benchmark: workhive on SQLite against raw sqlite3 and flatmachines, in one run.
+
+    python bench/sqlite.py            # default run, well under 90 s
+    python bench/sqlite.py --quick    # smaller counts, for a smoke check
+
+Every rate is measured on this machine in this run, and printed with its ratio
+to the baseline measured here too:
+
+* raw sqlite3: the same claim + complete per item (one ``UPDATE … RETURNING``
+  to claim, one ``UPDATE`` to complete, autocommit), same pragmas (WAL,
+  synchronous=NORMAL), one process, no asyncio: what SQLite itself can do.
+* workhive per item, 1 and 4 processes (total items/s across processes),
+  through the public ``Pool`` API.
+* workhive batched: ``claim_many(100)`` + ``complete_many``.
+* push (one item per call) and ``push_many``.
+* flatmachines 1.0.0's ``SQLiteWorkBackend`` (install it with
+  ``pip install flatmachines==1.0.0``; skipped with the reason if missing).
+
+Not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from typing import Any
+
+import workhive
+
+RESULT = {"ok": True}
+
+
+# -- raw sqlite3 baseline -------------------------------------------------------
+def raw_sqlite3(path: str, n: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute(
+        """CREATE TABLE jobs (id INTEGER PRIMARY KEY, pool TEXT NOT NULL, payload TEXT NOT NULL, state TEXT NOT NULL,
+        priority INTEGER NOT NULL, available_at REAL NOT NULL, claimed_by TEXT, token INTEGER NOT NULL DEFAULT 0,
+        attempts INTEGER NOT NULL DEFAULT 0, lease_expires_at REAL, result TEXT, finished_at REAL)"""
+    )
+    conn.execute("CREATE INDEX ready ON jobs (pool, priority DESC, available_at, id) WHERE state = 'pending'")
+    now = time.time()
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO jobs (pool, payload, state, priority, available_at) VALUES ('bench', ?, 'pending', 0, ?)",
+        ((f'{{"n":{i}}}', now) for i in range(n)),
+    )
+    conn.execute("COMMIT")
+    claim = """UPDATE jobs SET state = 'claimed', claimed_by = ?, token = token + 1, attempts = attempts + 1,
+        lease_expires_at = ?
+        WHERE id = (SELECT id FROM jobs WHERE pool = 'bench' AND state = 'pending' AND available_at <= ?
+                    ORDER BY priority DESC, available_at, id LIMIT 1)
+        RETURNING id, token, payload"""
+    complete = """UPDATE jobs SET state = 'done', result = ?, finished_at = ?
+        WHERE id = ? AND token = ? AND state = 'claimed' AND lease_expires_at > ?"""
+    done = 0
+    started = time.perf_counter()
+    while True:
+        t = time.time()
+        row = conn.execute(claim, ("raw", t + 60, t)).fetchone()
+        if row is None:
+            break
+        conn.execute(complete, ('{"ok":true}', time.time(), row[0], row[1], time.time()))
+        done += 1
+    elapsed = time.perf_counter() - started
+    conn.close()
+    assert done == n, (done, n)
+    return elapsed
+
+
+# -- workhive --------------------------------------------------------------------
+async def fill(url: str, n: int) -> None:
+    async with workhive.open(url) as hive:
+        pool = hive.pool("bench")
+        for start in range(0, n, 10_000):
+            await pool.push_many({"n": i} for i in range(start, min(n, start + 10_000)))
+
+
+async def drain_per_item(url: str, worker: str) -> int:
+    async with workhive.open(url) as hive:
+        pool = hive.pool("bench")
+        done = 0
+        while True:
+            item = await pool.claim(worker)
+            if item is None:
+                return done
+            await pool.complete(item, RESULT)
+            done += 1
+
+
+async def drain_batched(url: str, worker: str, batch: int) -> int:
+    async with workhive.open(url) as hive:
+        pool = hive.pool("bench")
+        done = 0
+        while True:
+            items = await pool.claim_many(batch, worker)
+            if not items:
+                return done
+            await pool.complete_many([(item, RESULT) for item in items])
+            done += len(items)
+
+
+def _proc_worker(url: str, worker: str, ready: Any, go: Any, out: Any) -> None:
+    async def run() -> tuple[int, float]:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("bench")
+            await pool.stats()  # connection and schema check done before the clock starts
+            ready.put(worker)
+            go.wait()
+            done = 0
+            while True:
+                item = await pool.claim(worker)
+                if item is None:
+                    return done, time.time()
+                await pool.complete(item, RESULT)
+                done += 1
+
+    out.put(asyncio.run(run()))
+
+
+def workhive_processes(url: str, n_procs: int) -> tuple[int, float]:
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_proc_worker, args=(url, f"p{i}", ready, go, out)) for i in range(n_procs)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=60)
+    started = time.time()
+    go.set()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    total = sum(r[0] for r in results)
+    return total, max(r[1] for r in results) - started
+
+
+async def push_rates(url: str, n_single: int, n_many: int) -> tuple[float, float]:
+    async with workhive.open(url) as hive:
+        pool = hive.pool("push")
+        started = time.perf_counter()
+        for i in range(n_single):
+            await pool.push({"n": i})
+        single = time.perf_counter() - started
+        batch = 10_000
+        started = time.perf_counter()
+        for start in range(0, n_many, batch):
+            await pool.push_many([{"n": i} for i in range(start, start + batch)])
+        many = time.perf_counter() - started
+        return single, many
+
+
+async def breakdown(url: str, n: int) -> None:
+    """Where one per-item claim+complete spends its time: SQL on the connection's thread, hops, the rest."""
+    from workhive_sqlite import ops
+
+    in_thread = [0.0]
+    run_locked = ops.Operations._locked
+
+    def timed(self: Any, body: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return run_locked(self, body, *args)
+        finally:
+            in_thread[0] += time.perf_counter() - started
+
+    ops.Operations._locked = timed  # type: ignore[method-assign]
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("bench")
+            await pool.push_many(range(n))
+            in_thread[0] = 0.0
+            started = time.perf_counter()
+            for _ in range(n):
+                item = await pool.claim("w")
+                assert item is not None
+                await pool.complete(item, RESULT)
+            total = time.perf_counter() - started
+            storage: Any = hive.storage
+            started = time.perf_counter()
+            for _ in range(n):
+                await storage._call(int)
+                await storage._call(int)
+            hops = time.perf_counter() - started
+    finally:
+        ops.Operations._locked = run_locked  # type: ignore[method-assign]
+    per = 1e6 / n
+    print(
+        f"  per item (claim+complete, 1 proc): {total * per:.0f} us = SQL on the connection thread "
+        f"{in_thread[0] * per:.0f} us + 2 empty thread round trips {hops * per:.0f} us + "
+        f"facade/event loop {max(0.0, total - in_thread[0] - hops) * per:.0f} us",
+        flush=True,
+    )
+
+
+# -- flatmachines ----------------------------------------------------------------
+def flatmachines_rate(path: str, n: int, budget: float) -> tuple[int, float] | str:
+    try:
+        from flatmachines.distributed import create_work_backend  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return f"not installed ({exc}); pip install flatmachines==1.0.0 to compare"
+
+    async def run() -> tuple[int, float]:
+        backend = create_work_backend("sqlite", db_path=path)
+        pool = backend.pool("bench")
+        for i in range(n):
+            await pool.push({"n": i})
+        done = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < budget:
+            item = await pool.claim("fm")
+            if item is None:
+                break
+            await pool.complete(item.id, RESULT)
+            done += 1
+        return done, time.perf_counter() - started
+
+    try:
+        return asyncio.run(run())
+    except Exception as exc:  # report and go on: the comparison is optional
+        return f"could not be driven: {type(exc).__name__}: {exc}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller counts (smoke check)")
+    parser.add_argument("--profile", action="store_true", help="also break one per-item claim+complete down")
+    args = parser.parse_args()
+    scale = 0.2 if args.quick else 1.0
+    n_raw, n_one, n_four, n_batch = (int(n * scale) for n in (20_000, 10_000, 24_000, 50_000))
+    n_push, n_push_many, n_fm = (int(n * scale) for n in (3_000, 200_000, 1_000))
+
+    with tempfile.TemporaryDirectory(prefix="workhive-bench-") as tmp:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(
+            f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs, load {load:.1f}"
+        )
+        print("measuring...", flush=True)
+        # The baseline runs at the start and again at the end and the faster run counts,
+        # so a machine that got busier mid-run cannot flatter the ratios.
+        raw_first = n_raw / raw_sqlite3(f"{tmp}/raw1.db", n_raw)
+
+        url = f"sqlite:///{tmp}/one.db"
+        asyncio.run(fill(url, n_one))
+        started = time.perf_counter()
+        one = asyncio.run(drain_per_item(url, "w1")) / (time.perf_counter() - started)
+
+        url = f"sqlite:///{tmp}/four.db"
+        asyncio.run(fill(url, n_four))
+        done, elapsed = workhive_processes(url, 4)
+        four = done / elapsed
+
+        url = f"sqlite:///{tmp}/batch.db"
+        asyncio.run(fill(url, n_batch))
+        started = time.perf_counter()
+        batched = asyncio.run(drain_batched(url, "w1", 100)) / (time.perf_counter() - started)
+
+        single, many = asyncio.run(push_rates(f"sqlite:///{tmp}/push.db", n_push, n_push_many))
+        fm = flatmachines_rate(f"{tmp}/flatmachines.sqlite", n_fm, 10.0 * scale)
+
+        raw_last = n_raw / raw_sqlite3(f"{tmp}/raw2.db", n_raw)
+        raw = max(raw_first, raw_last)
+
+        print(
+            f"raw sqlite3 per-item claim+complete (1 proc): {raw:,.0f} items/s "
+            f"(runs: {raw_first:,.0f}, {raw_last:,.0f})"
+        )
+        print(f"workhive 1 proc per-item: {one:,.0f} items/s = {one / raw:.2f}x raw sqlite3")
+        print(f"workhive 4 procs per-item: {four:,.0f} items/s = {four / raw:.2f}x raw sqlite3")
+        print(
+            f"workhive claim_many(100)+complete_many (1 proc): {batched:,.0f} items/s "
+            f"= {batched / raw:.2f}x raw sqlite3 per-item"
+        )
+        print(f"workhive push (1 item per call): {n_push / single:,.0f} items/s")
+        print(
+            f"workhive push_many (10,000 per call): {n_push_many / many:,.0f} items/s "
+            f"= {single / n_push * n_push_many / many:.1f}x single push"
+        )
+        if isinstance(fm, str):
+            print(f"flatmachines 1.0.0 SQLite backend: {fm}")
+        else:
+            fm_rate = fm[0] / fm[1]
+            print(
+                f"flatmachines 1.0.0 SQLite per-item claim+complete (1 proc, {n_fm:,} items): {fm_rate:,.0f} items/s "
+                f"= {fm_rate / raw:.3f}x raw sqlite3; workhive 1 proc = {one / fm_rate:.1f}x, "
+                f"4 procs = {four / fm_rate:.1f}x flatmachines"
+            )
+        if args.profile:
+            asyncio.run(breakdown(f"sqlite:///{tmp}/profile.db", n_one // 2))
+
+
+if __name__ == "__main__":
+    main()

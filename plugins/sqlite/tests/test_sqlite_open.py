@@ -1,0 +1,209 @@
+"""Opening a store: URL forms, bad paths, foreign files, schema versions, the plugin entry point."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workhive
+from workhive.errors import ConfigError, SchemaVersionError, StorageUnavailable
+from workhive_sqlite import SqliteStorage, parse_url
+from workhive_sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
+
+
+class TestUrls:
+    def test_three_slashes_is_relative_four_is_absolute(self) -> None:
+        assert parse_url("sqlite:///.workhive/hive.db").path == Path(".workhive/hive.db")
+        assert parse_url("sqlite:////var/lib/hive.db").path == Path("/var/lib/hive.db")
+
+    def test_defaults_and_options(self) -> None:
+        config = parse_url("sqlite:///hive.db")
+        assert (config.synchronous, config.busy_timeout_ms) == ("normal", 5000)
+        config = parse_url("sqlite:///hive.db?synchronous=FULL&busy_timeout=250")
+        assert (config.synchronous, config.busy_timeout_ms) == ("full", 250)
+
+    @pytest.mark.parametrize(
+        ("url", "says"),
+        [
+            ("sqlite://host/hive.db", "names a host"),
+            ("sqlite:/hive.db", "malformed"),
+            ("sqlite:///", "no file name"),
+            ("sqlite:///dir/", "no file name"),
+            ("sqlite:///:memory:", "memory://"),
+            ("sqlite:///hive.db?synchronous=sometimes", "synchronous"),
+            ("sqlite:///hive.db?busy_timeout=soon", "busy_timeout"),
+            ("sqlite:///hive.db?busy_timeout=-1", "busy_timeout"),
+            ("sqlite:///hive.db?journal=delete", "unknown option"),
+            ("postgres:///hive.db", "not a sqlite"),
+        ],
+    )
+    def test_malformed_urls_are_config_errors_that_say_why(self, url: str, says: str) -> None:
+        with pytest.raises(ConfigError, match=says):
+            SqliteStorage(url)
+
+    def test_relative_path_is_fixed_when_built(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.chdir(tmp_path)
+        storage = SqliteStorage("sqlite:///sub/hive.db")
+        assert storage.path == tmp_path / "sub" / "hive.db"
+
+
+@pytest.mark.asyncio
+async def test_missing_parent_directories_are_created(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/a/b/c/hive.db"
+    async with workhive.open(url) as hive:
+        await hive.pool("p").push(1)
+    assert (tmp_path / "a" / "b" / "c" / "hive.db").is_file()
+
+
+@pytest.mark.asyncio
+async def test_reopening_keeps_items_and_the_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hive.db"
+    async with workhive.open(url) as hive:
+        item_id = await hive.pool("p").push({"keep": True})
+    async with workhive.open(url) as hive:
+        assert (await hive.pool("p").get(item_id)).data == {"keep": True}
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+@pytest.mark.asyncio
+async def test_a_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "hive.db").mkdir()
+    with pytest.raises(StorageUnavailable, match="is a directory") as info:
+        await SqliteStorage(f"sqlite:///{tmp_path}/hive.db").open()
+    assert str(tmp_path / "hive.db") in str(info.value)
+
+
+@pytest.mark.asyncio
+async def test_an_uncreatable_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StorageUnavailable, match="cannot create the directory") as info:
+        await SqliteStorage(f"sqlite:///{tmp_path}/file/sub/hive.db").open()
+    assert str(tmp_path / "file" / "sub") in str(info.value)
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+async def test_an_unwritable_directory_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(StorageUnavailable, match="not writable"):
+            await SqliteStorage(f"sqlite:///{locked}/hive.db").open()
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.asyncio
+async def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("shopping list: eggs, milk\n" * 200)
+    with pytest.raises(StorageUnavailable, match="not a SQLite database") as info:
+        await SqliteStorage(f"sqlite:///{path}").open()
+    assert str(path) in str(info.value)
+    assert path.read_text().startswith("shopping list")
+
+
+@pytest.mark.asyncio
+async def test_another_programs_sqlite_database_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    with pytest.raises(StorageUnavailable, match="another program"):
+        await SqliteStorage(f"sqlite:///{path}").open()
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"customers"}
+
+
+@pytest.mark.asyncio
+async def test_a_file_from_a_newer_workhive_is_a_schema_version_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hive.db"
+    async with workhive.open(url) as hive:
+        await hive.pool("p").push(1)
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(SchemaVersionError, match="upgrade workhive-sqlite") as info:
+        await SqliteStorage(url).open()
+    assert info.value.found == SCHEMA_VERSION + 1
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1
+
+
+@pytest.mark.asyncio
+async def test_operations_before_open_say_to_open(tmp_path: Path) -> None:
+    storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db")
+    with pytest.raises(StorageUnavailable, match="not open"):
+        await storage.pools()
+
+
+@pytest.mark.asyncio
+async def test_synchronous_option_reaches_the_connection(tmp_path: Path) -> None:
+    storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db?synchronous=full")
+    await storage.open()
+    try:
+        level = await storage._call(lambda: storage._db.conn.execute("PRAGMA synchronous").fetchone()[0])
+        assert level == 2  # FULL
+    finally:
+        await storage.close()
+
+
+@pytest.mark.asyncio
+async def test_a_lock_held_past_the_bound_is_storage_unavailable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hive.db?busy_timeout=20"
+    async with workhive.open(url) as hive:
+        holder = sqlite3.connect(tmp_path / "hive.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StorageUnavailable, match="stayed locked") as info:
+                await hive.pool("p").push(1)
+            assert str(tmp_path / "hive.db") in str(info.value)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        # Once the lock is gone the same hive works again: nothing was half-written.
+        await hive.pool("p").push(2)
+        assert (await hive.pool("p").stats()).pending == 1
+
+
+def test_the_plugin_is_found_by_scheme_and_imports_cheaply() -> None:
+    code = (
+        "import sys, workhive\n"
+        "from workhive.plugin_manager import default_manager\n"
+        "plugin = default_manager().get('storage', 'sqlite')\n"
+        "assert 'aiosqlite' not in sys.modules, 'aiosqlite imported before use'\n"
+        "assert 'workhive_sqlite.backend' not in sys.modules\n"
+        "print(plugin.name, plugin.all_schemes)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "sqlite ('sqlite',)"
+
+
+@pytest.mark.asyncio
+async def test_an_older_file_is_migrated_step_by_step_keeping_its_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workhive_sqlite import schema
+
+    url = f"sqlite:///{tmp_path}/hive.db"
+    async with workhive.open(url) as hive:
+        item_id = await hive.pool("p").push({"old": True})
+    # A future release adds a step; opening the version-1 file applies it once.
+    step = ("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)", "INSERT INTO notes (text) VALUES ('v2')")
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, step))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    for _ in range(2):
+        async with workhive.open(url) as hive:
+            assert (await hive.pool("p").get(item_id)).data == {"old": True}
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT text FROM notes").fetchall() == [("v2",)]

@@ -1,0 +1,409 @@
+"""``SqliteStorage``: the workhive storage contract on one SQLite file.
+
+Concurrency model
+-----------------
+* One connection per ``SqliteStorage``, owned by aiosqlite's thread. Each
+  storage operation is one plain function (``workhive_sqlite.ops``) shipped to
+  that thread in one round trip, running its statements (one autocommit
+  statement, or ``BEGIN IMMEDIATE`` … ``COMMIT``) on the raw ``sqlite3``
+  connection; statements are prepared once and reused from sqlite3's cache.
+* Processes share the file in WAL mode. Writers serialise on SQLite's write
+  lock, which every write takes before reading, so a claim is atomic across
+  processes. Readers never block writers.
+* A locked database is waited for, in short steps, up to ``busy_timeout``
+  (``Operations._locked``), then retried with backoff a bounded number of
+  times before ``StorageUnavailable``.
+* ``wait_for_work`` wakes at once for pushes through this object, and within
+  one poll interval (``PRAGMA data_version``, one cheap round trip per
+  interval for all waiters of the process) for commits by other processes.
+* Time is ``clock()`` (``time.time`` unless injected): on one machine the OS
+  clock is the database clock for every process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from workhive.errors import StorageError, StorageUnavailable
+from workhive.models import (
+    Ack,
+    ItemState,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+from workhive_sqlite.ops import Operations, is_busy
+from workhive_sqlite.schema import migrate
+from workhive_sqlite.url import SqliteConfig, parse_url
+
+__all__ = ["SqliteStorage"]
+
+T = TypeVar("T")
+
+#: How often waiters check whether another process committed (seconds).
+POLL_INTERVAL = 0.015
+#: After busy_timeout ran out this many times in a row, give up with StorageUnavailable.
+BUSY_RETRIES = 3
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class SqliteStorage:
+    """Storage on a SQLite file; what ``workhive.open("sqlite:///…")`` builds.
+
+    ``clock`` replaces ``time.time`` as the database clock (tests time-travel with it).
+
+    >>> async def main():  # doctest: +SKIP
+    ...     async with workhive.Hive(SqliteStorage("sqlite:///.workhive/hive.db")) as hive:
+    ...         await hive.pool("emails").push({"to": "a@example.com"})
+    """
+
+    capabilities = frozenset({"notify", "multiprocess"})
+
+    def __init__(self, url: str, *, clock: Callable[[], float] | None = None) -> None:
+        self.url = url
+        self.config: SqliteConfig = parse_url(url)
+        # Resolved now: a later chdir must not move the store.
+        self.path = Path(os.path.abspath(self.config.path))
+        self._clock: Callable[[], float] = clock if clock is not None else time.time
+        self._conn: Any = None
+        self._execute: Callable[..., Awaitable[Any]] | None = None
+        self._ops: Operations | None = None
+        self._events: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+        self._due: dict[str, float | None] = {}
+        self._watcher: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<SqliteStorage {str(self.path)!r} {'open' if self._conn is not None else 'closed'}>"
+
+    # -- lifecycle ----------------------------------------------------------
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        import aiosqlite
+
+        self._check_path()
+        cfg = self.config
+        conn = await aiosqlite.connect(
+            str(self.path),
+            timeout=0,  # busy waits happen in Operations._begin (see there) and _retry_busy
+            isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE … COMMIT
+            check_same_thread=False,
+            cached_statements=256,
+        )
+        # One round trip per operation needs a way to run a function on the
+        # connection's thread; aiosqlite's `_execute(fn, *args)` is that (stable
+        # since aiosqlite 0.x through 0.22, the same queue its public methods use).
+        # The alternative, a private thread of our own, would duplicate aiosqlite
+        # entirely; we check for the method here so a changed aiosqlite fails loudly.
+        execute = getattr(conn, "_execute", None)
+        if execute is None:
+            await conn.close()
+            raise StorageUnavailable(
+                f"this aiosqlite ({getattr(aiosqlite, '__version__', '?')}) lacks Connection._execute; "
+                "install a supported version: pip install 'aiosqlite>=0.20,<1'"
+            )
+        self._conn, self._execute = conn, execute
+        # `_conn` is aiosqlite's raw sqlite3 connection, used only on its thread.
+        self._ops = Operations(conn._conn, self._clock, cfg.busy_timeout_ms / 1000)
+        try:
+            await self._call(self._setup)
+        except BaseException:
+            await self.close()
+            raise
+
+    def _check_path(self) -> None:
+        path = self.path
+        if path.is_dir():
+            raise StorageUnavailable(
+                f"SQLite store {path} is a directory; the URL must name a file, e.g. sqlite:///{path}/hive.db",
+                path=str(path),
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageUnavailable(
+                f"cannot create the directory {path.parent} for SQLite store {path}: {exc.strerror or exc}; "
+                "create it yourself or point the URL at a writable location",
+                path=str(path),
+            ) from None
+        # WAL needs to create -wal and -shm files next to the database.
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise StorageUnavailable(
+                f"SQLite store {path}: directory {path.parent} is not writable (WAL keeps its -wal and -shm "
+                "files there); fix its permissions or choose another path",
+                path=str(path),
+            )
+        if path.exists():
+            if not os.access(path, os.R_OK | os.W_OK):
+                raise StorageUnavailable(
+                    f"SQLite store {path} is not readable and writable by this user; fix its permissions",
+                    path=str(path),
+                )
+            with path.open("rb") as f:
+                header = f.read(len(_SQLITE_HEADER))
+            if header and header != _SQLITE_HEADER:
+                raise StorageUnavailable(
+                    f"{path} exists but is not a SQLite database; point the URL at a new file "
+                    "(e.g. sqlite:///.workhive/hive.db) or move that file away",
+                    path=str(path),
+                )
+
+    def _setup(self) -> None:
+        assert self._ops is not None
+        conn = self._ops.conn
+        if sqlite3.sqlite_version_info < (3, 35, 0):
+            raise StorageUnavailable(
+                f"workhive-sqlite needs SQLite >= 3.35 (RETURNING); this Python links {sqlite3.sqlite_version}"
+            )
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageUnavailable(
+                f"SQLite store {self.path} could not switch to WAL mode (got {mode!r}); WAL needs a local "
+                "filesystem with shared memory, not a network share",
+                path=str(self.path),
+            )
+        conn.execute(f"PRAGMA synchronous = {self.config.synchronous.upper()}")
+        migrate(conn, str(self.path), self._ops.begin)
+
+    async def close(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        for pool in list(self._events):
+            self._notify(pool)
+        conn, self._conn, self._execute, self._ops = self._conn, None, None, None
+        if conn is not None:
+            await conn.close()
+
+    async def now(self) -> float:
+        return self._clock()
+
+    # -- the one round trip -------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        execute = self._execute
+        if execute is None:
+            raise StorageUnavailable(
+                f"SQLite store {self.path} is not open; use `async with hive:` (or await hive.open()) first",
+                path=str(self.path),
+            )
+        try:
+            result: T = await execute(fn, *args)
+            return result
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):
+                return await self._retry_busy(fn, args)
+            raise self._failure(exc) from exc
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    async def _retry_busy(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        # SQLite already waited busy_timeout; keep the worker alive through a long
+        # writer elsewhere, but not forever: a stuck lock must surface.
+        for attempt in range(BUSY_RETRIES):
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0) * (0.5 + random.random()))
+            execute = self._execute
+            if execute is None:
+                break
+            try:
+                result: T = await execute(fn, *args)
+                return result
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise self._failure(exc) from exc
+        waited = self.config.busy_timeout_ms / 1000 * (BUSY_RETRIES + 1)
+        raise StorageUnavailable(
+            f"SQLite store {self.path} stayed locked for over {waited:g}s: another process holds a long "
+            f"write transaction (find it with `fuser {self.path}`), or raise the wait with "
+            "?busy_timeout=<ms> in the storage URL",
+            path=str(self.path),
+        )
+
+    def _failure(self, exc: sqlite3.Error) -> StorageError:
+        text = str(exc)
+        if "not a database" in text:
+            return StorageUnavailable(
+                f"{self.path} is not a SQLite database (or is encrypted/corrupt); point the URL at a new file",
+                path=str(self.path),
+            )
+        if "readonly" in text or "unable to open" in text:
+            return StorageUnavailable(
+                f"SQLite store {self.path} cannot be written: {text}; check the file's and directory's permissions",
+                path=str(self.path),
+            )
+        return StorageError(f"SQLite store {self.path}: {text}", path=str(self.path))
+
+    @property
+    def _db(self) -> Operations:
+        ops = self._ops
+        if ops is None:
+            raise StorageUnavailable(
+                f"SQLite store {self.path} is not open; use `async with hive:` (or await hive.open()) first",
+                path=str(self.path),
+            )
+        return ops
+
+    # -- wake-ups -----------------------------------------------------------
+    def _notify(self, pool: str) -> None:
+        event = self._events.pop(pool, None)
+        if event is not None:
+            event.set()
+
+    async def wait_for_work(self, pool: str, timeout: float) -> None:
+        # Take the event before looking, so a push landing between the look and
+        # the wait still wakes us.
+        event = self._events.get(pool)
+        if event is None:
+            event = self._events[pool] = asyncio.Event()
+        due = (await self._call(self._db.next_due, (pool,)))[pool]
+        if timeout <= 0 or (due is not None and due <= self._clock()):
+            return
+        self._waiting[pool] = self._waiting.get(pool, 0) + 1
+        known = self._due.get(pool)
+        self._due[pool] = due if known is None or (due is not None and due < known) else known
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            left = self._waiting.pop(pool, 1) - 1
+            if left:
+                self._waiting[pool] = left
+            else:
+                self._due.pop(pool, None)
+
+    async def _watch(self) -> None:
+        try:
+            version = await self._call(self._db.data_version)
+            while self._waiting:
+                await asyncio.sleep(POLL_INTERVAL)
+                now = self._clock()
+                for pool, due in list(self._due.items()):
+                    if due is not None and due <= now:
+                        self._notify(pool)
+                pools = list(self._waiting)
+                if not pools:
+                    break
+                version, dues = await self._call(self._db.poll, version, pools)
+                if dues is not None:
+                    for pool, due in dues.items():
+                        if pool in self._waiting:
+                            self._due[pool] = due
+                        if due is not None and due <= now:
+                            self._notify(pool)
+        except (StorageError, RuntimeError):
+            # Closed or broken store: let every waiter go; its next call reports the error.
+            for pool in list(self._events):
+                self._notify(pool)
+
+    # -- items --------------------------------------------------------------
+    async def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        ids = await self._call(self._db.push, pool, items)
+        self._notify(pool)
+        return ids
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        return await self._call(self._db.claim, pool, worker_id, limit, lease)
+
+    async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        return await self._call(self._db.complete, pool, acks)
+
+    async def fail(
+        self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
+    ) -> ItemState | None:
+        state = await self._call(self._db.fail, pool, item_id, token, error, retry_in, poison)
+        if state is ItemState.PENDING:
+            self._notify(pool)
+        return state
+
+    async def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
+        released = await self._call(self._db.release, pool, item_id, token, delay)
+        if released:
+            self._notify(pool)
+        return released
+
+    async def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
+        return await self._call(self._db.extend, pool, item_id, token, lease)
+
+    async def get(self, pool: str, item_id: str) -> WorkItem | None:
+        return await self._call(self._db.get, pool, item_id)
+
+    async def list_items(self, pool: str, state: ItemState, limit: int, offset: int = 0) -> list[WorkItem]:
+        return await self._call(self._db.list_items, pool, state, limit, offset)
+
+    async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        count = await self._call(self._db.requeue, pool, item_ids)
+        if count:
+            self._notify(pool)
+        return count
+
+    async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        count = await self._call(self._db.release_by_worker, pool, worker_id, spend_attempt)
+        if count:
+            self._notify_all(pool)
+        return count
+
+    def _notify_all(self, pool: str | None) -> None:
+        for name in [pool] if pool is not None else list(self._events):
+            self._notify(name)
+
+    async def purge(self, pool: str, older_than: float) -> int:
+        return await self._call(self._db.purge, pool, older_than)
+
+    async def stats(self, pool: str) -> PoolStats:
+        return await self._call(self._db.stats, pool)
+
+    async def pools(self) -> list[str]:
+        return await self._call(self._db.pools)
+
+    # -- workers ------------------------------------------------------------
+    async def register_worker(self, registration: WorkerRegistration) -> WorkerRecord:
+        return await self._call(self._db.register_worker, registration)
+
+    async def heartbeat(self, worker_id: str) -> WorkerRecord:
+        return await self._call(self._db.heartbeat, worker_id)
+
+    async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        await self._call(self._db.set_worker_status, worker_id, status, detail)
+
+    async def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        return await self._call(self._db.get_worker, worker_id)
+
+    async def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
+        return await self._call(self._db.list_workers, filter)
+
+    async def reap(self, threshold: float) -> list[ReapedWorker]:
+        reaped = await self._call(self._db.reap, threshold)
+        if any(r.released for r in reaped):
+            self._notify_all(None)
+        return reaped
+
+    # -- shared state -------------------------------------------------------
+    async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        await self._call(self._db.state_put, namespace, key, value, ttl)
+
+    async def state_get(self, namespace: str, key: str) -> str | None:
+        return await self._call(self._db.state_get, namespace, key)
+
+    async def state_scan(self, namespace: str) -> dict[str, str]:
+        return await self._call(self._db.state_scan, namespace)
+
+    async def state_delete(self, namespace: str, key: str) -> bool:
+        return await self._call(self._db.state_delete, namespace, key)

@@ -1,0 +1,672 @@
+"""The storage operations as plain functions over one ``sqlite3`` connection.
+
+Everything here runs on the connection's own thread, one whole operation per
+call, so an async caller pays one thread round trip per operation instead of
+one per statement.
+
+Every write takes SQLite's write lock before it reads anything, so a claim
+never reads a snapshot and then fails to upgrade it (``SQLITE_BUSY_SNAPSHOT``),
+and no two processes can pick the same row: multi-statement writes run in
+``BEGIN IMMEDIATE`` … ``COMMIT``; single-statement writes (the usual claim,
+complete, fail, release, extend) run as one autocommit statement, for which
+SQLite takes the write lock as the statement starts. Reads run in autocommit,
+each statement its own consistent WAL snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from workhive.errors import WorkerLost, WorkerNotFound
+from workhive.models import (
+    Ack,
+    ItemState,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+
+__all__ = ["Operations", "is_busy"]
+
+T = TypeVar("T")
+
+_COLS = (
+    "id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at, "
+    "claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases"
+)
+_STATES = {s.value: s for s in ItemState}
+_WORKER_COLS = "worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail"
+_WORKER_STATES = {s.value: s for s in WorkerStatus}
+
+# The common claim: no expired lease in the pool, so the candidates are the
+# best ready PENDING items, read off the items_ready index in claim order and
+# stopping at ?3 rows: O(limit · log n) however deep the backlog. INDEXED BY
+# pins that plan: the planner has no statistics to choose it by.
+_READY = """
+    SELECT id FROM items INDEXED BY items_ready
+    WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+    ORDER BY priority DESC, available_at, id LIMIT ?3"""
+
+_CLAIM_SET = """
+UPDATE items SET
+    state = 'claimed',
+    available_at = CASE WHEN state = 'claimed' THEN lease_expires_at ELSE available_at END,
+    claimed_by = ?4,
+    attempts = attempts + 1,
+    token = token + 1,
+    lease_seconds = ?5,
+    lease_expires_at = ?6"""
+
+# `id = (…)` for one item avoids building the IN list's temporary table.
+_CLAIM_ONE = f"{_CLAIM_SET}\nWHERE id = ({_READY})\nRETURNING {_COLS}"
+_CLAIM_READY = f"{_CLAIM_SET}\nWHERE id IN ({_READY})\nRETURNING {_COLS}"
+
+# With expired leases about: candidates are the best ready items and the best
+# expired leases (each branch bounded by ?3 on its own index), merged. An
+# expired lease counts as available at its expiry time, which becomes the
+# item's available_at so the order is visible afterwards.
+_CLAIM_ANY = f"""{_CLAIM_SET}
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id, priority, t FROM (
+            SELECT id, priority, available_at AS t FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+            ORDER BY priority DESC, available_at, id LIMIT ?3)
+        UNION ALL
+        SELECT id, priority, t FROM (
+            SELECT id, priority, lease_expires_at AS t FROM items
+            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
+            ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
+        ORDER BY 2 DESC, 3, 1 LIMIT ?3))
+RETURNING {_COLS}
+"""
+
+# A read before the claim: whether the pool has a ready item and whether it
+# has an expired lease. An empty pool is then answered without taking the
+# write lock, so idle workers polling do not queue up behind busy ones.
+_PEEK = """
+SELECT
+    (SELECT 1 FROM items INDEXED BY items_ready
+     WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2 LIMIT 1),
+    (SELECT 1 FROM items INDEXED BY items_leases
+     WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1)
+"""
+
+# An expired lease on an item with no attempts left is poisoned, not claimed:
+# an item that kills its worker every time must not loop forever.
+_POISON_EXPIRED = """
+UPDATE items SET
+    state = 'poisoned',
+    error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
+    finished_at = ?2,
+    lease_expires_at = NULL
+WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 AND attempts >= max_attempts
+"""
+
+_COMPLETE = """
+UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL
+WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
+"""
+
+_FAIL = """
+UPDATE items SET
+    state = CASE WHEN ?1 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
+    error = ?2,
+    available_at = CASE WHEN ?1 OR attempts >= max_attempts THEN available_at ELSE ?3 END,
+    finished_at = CASE WHEN ?1 OR attempts >= max_attempts THEN ?4 ELSE NULL END,
+    claimed_by = CASE WHEN ?1 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
+    lease_expires_at = NULL
+WHERE id = ?5 AND pool = ?6 AND state = 'claimed' AND token = ?7 AND lease_expires_at > ?4
+RETURNING state
+"""
+
+_RELEASE = """
+UPDATE items SET state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
+    claimed_by = NULL, lease_expires_at = NULL
+WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
+"""
+
+# The new lease length becomes the item's: heartbeats then keep extending by it.
+_EXTEND = """
+UPDATE items SET lease_expires_at = ?1, lease_seconds = ?6
+WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
+"""
+
+# Inserting many rows per statement binds and steps far less than one
+# statement per row (about 3x faster per item); ?1 is the pool, ?2 the time.
+_INSERT_FIELDS = 6  # id, payload, priority, max_attempts, available_at, dedup_key
+_INSERT_ROWS = 100
+
+
+def _insert_sql(rows: int) -> str:
+    tuples = []
+    for k in range(rows):
+        b = 3 + k * _INSERT_FIELDS
+        tuples.append(f"(?{b},?1,?{b + 1},'pending',?{b + 2},?{b + 3},?2,?{b + 4},?{b + 5})")
+    return (
+        "INSERT INTO items (id, pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key) "
+        "VALUES " + ",".join(tuples)
+    )
+
+
+_INSERT_MANY = _insert_sql(_INSERT_ROWS)
+_INSERT_ONE = _insert_sql(1)
+
+
+def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) -> None:
+    """Insert new PENDING rows given as flattened ``_INSERT_FIELDS`` tuples."""
+    chunk = _INSERT_ROWS * _INSERT_FIELDS
+    full = len(values) - len(values) % chunk
+    for start in range(0, full, chunk):
+        conn.execute(_INSERT_MANY, [pool, now, *values[start : start + chunk]])
+    # The tail row by row, so only two statement texts ever reach the cache.
+    for start in range(full, len(values), _INSERT_FIELDS):
+        conn.execute(_INSERT_ONE, [pool, now, *values[start : start + _INSERT_FIELDS]])
+
+
+_LIVE_DUPLICATE = """
+SELECT id FROM items INDEXED BY items_dedup
+WHERE pool = ? AND dedup_key = ? AND state IN ('pending', 'claimed') ORDER BY id LIMIT 1
+"""
+
+# Every item sits in exactly one of these partial indexes; a loose index scan
+# of each finds the pools in O(pools · log n) instead of reading every row.
+_POOL_INDEXES = (
+    ("items_ready", "state = 'pending'"),
+    ("items_leases", "state = 'claimed'"),
+    ("items_finished", "state IN ('done', 'poisoned')"),
+)
+
+# When the pool's next PENDING item comes due: the earliest available_at of
+# each distinct priority (a loose scan of items_ready), so O(priorities · log n).
+_NEXT_PENDING = """
+WITH RECURSIVE levels(p) AS (
+    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+    UNION ALL
+    SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
+    FROM levels WHERE levels.p IS NOT NULL)
+SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p))
+FROM levels WHERE levels.p IS NOT NULL
+"""
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY/SQLITE_LOCKED: another connection holds the lock, try again."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is not None:
+        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED; extended codes keep the low byte
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _item(row: Sequence[Any]) -> WorkItem:
+    return WorkItem(str(row[0]), row[1], row[2], _STATES[row[3]], *row[4:])
+
+
+def _worker(row: Sequence[Any]) -> WorkerRecord:
+    return WorkerRecord(
+        row[0],
+        row[1],
+        row[2],
+        tuple(json.loads(row[3])),
+        tuple(json.loads(row[4])),
+        _WORKER_STATES[row[5]],
+        row[6],
+        row[7],
+        row[8],
+    )
+
+
+def _int_id(item_id: str) -> int | None:
+    """The integer key of an item id, or None for ids this store never issued."""
+    try:
+        value = int(item_id)
+    except (TypeError, ValueError):
+        return None
+    return value if str(value) == item_id else None
+
+
+class Operations:
+    """The storage operations, bound to one raw connection and a clock.
+
+    Call them only on the connection's thread (the backend ships them there).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float], busy_timeout: float = 5.0) -> None:
+        self.conn = conn
+        self.clock = clock
+        self.busy_timeout = busy_timeout
+
+    def _locked(self, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body``, which starts by taking the write lock; wait up to ``busy_timeout`` s for it.
+
+        ``body`` either opens a transaction (``BEGIN IMMEDIATE``) or is one write
+        statement in autocommit, for which SQLite takes the write lock as the
+        statement starts, before reading anything (so never a read-then-upgrade).
+        Either way SQLITE_BUSY means nothing was done, and ``body`` is simply run again.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10… ms between tries, while a
+        workhive write holds the lock for about 0.1 ms: with several processes
+        the lock would sit idle while every waiter sleeps. So the connection's
+        busy_timeout is 0 and this loop retries at a pace matched to the lock.
+        """
+        try:
+            return body(*args)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 50e-6
+        while True:
+            time.sleep(pause * (0.5 + random.random()))
+            try:
+                return body(*args)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            pause = min(pause * 2, 0.005)
+
+    def begin(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting for the write lock as ``_locked`` does."""
+        self._locked(self.conn.execute, "BEGIN IMMEDIATE")
+
+    def _transaction(self, body: Callable[..., T], *args: Any) -> T:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(*args)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def _write(self, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body`` in one immediate transaction (several statements, all or nothing)."""
+        return self._locked(self._transaction, body, *args)
+
+    # -- items --------------------------------------------------------------
+    def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        return self._write(self._push, pool, items)
+
+    def _push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        conn = self.conn
+        now = self.clock()
+        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'items'").fetchone()
+        # Ids are assigned here, under the write lock, so a batch is inserted with
+        # multi-row statements and every id is still reported in order.
+        next_id = (row[0] if row else 0) + 1
+        ids: list[str] = []
+        values: list[Any] = []  # _INSERT_FIELDS per new row, flattened
+        batch_keys: dict[str, str] = {}
+        for item in items:
+            key = item.dedup_key
+            if key is not None:
+                existing = batch_keys.get(key)
+                if existing is None:
+                    found = conn.execute(_LIVE_DUPLICATE, (pool, key)).fetchone()
+                    existing = None if found is None else str(found[0])
+                if existing is not None:
+                    ids.append(existing)
+                    continue
+                batch_keys[key] = str(next_id)
+            values += (next_id, item.payload, item.priority, item.max_attempts, now + item.delay, key)
+            ids.append(str(next_id))
+            next_id += 1
+        _insert(conn, pool, now, values)
+        return ids
+
+    def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        return self._locked(self._claim, pool, worker_id, limit, lease)
+
+    def _claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        now = self.clock()
+        conn = self.conn
+        args = (pool, now, limit, worker_id, float(lease), now + lease)
+        ready, expired = conn.execute(_PEEK, (pool, now)).fetchone()
+        if expired:
+            rows = self._transaction(self._claim_with_expired, args)
+        elif ready:
+            # The usual case is one autocommit statement: the claim is atomic on
+            # its own, and saving BEGIN/COMMIT is a third of the statements.
+            rows = conn.execute(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args).fetchall()
+        else:
+            return []
+        if len(rows) > 1:
+            # RETURNING comes back in storage order; hand items out in claim order.
+            rows.sort(key=lambda r: (-r[4], r[9], r[0]))
+        return [_item(r) for r in rows]
+
+    def _claim_with_expired(self, args: tuple[Any, ...]) -> list[Any]:
+        conn = self.conn
+        conn.execute(_POISON_EXPIRED, args[:2])
+        return conn.execute(_CLAIM_ANY, args).fetchall()
+
+    def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        if len(acks) == 1:  # one statement needs no transaction around it
+            return self._locked(self._complete, pool, acks)
+        return self._write(self._complete, pool, acks)
+
+    def _complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        now = self.clock()
+        execute = self.conn.execute
+        done = []
+        for ack in acks:
+            key = _int_id(ack.item_id)
+            done.append(key is not None and execute(_COMPLETE, (ack.result, now, key, pool, ack.token)).rowcount == 1)
+        return done
+
+    def fail(self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool) -> ItemState | None:
+        key = _int_id(item_id)
+        if key is None:
+            return None
+        return self._locked(self._fail, pool, key, token, error, retry_in, poison)
+
+    def _fail(self, pool: str, key: int, token: int, error: str, retry_in: float, poison: bool) -> ItemState | None:
+        now = self.clock()
+        row = self.conn.execute(_FAIL, (poison, error, now + retry_in, now, key, pool, token)).fetchone()
+        return None if row is None else _STATES[row[0]]
+
+    def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
+        key = _int_id(item_id)
+        if key is None:
+            return False
+        return self._locked(self._release, pool, key, token, delay)
+
+    def _release(self, pool: str, key: int, token: int, delay: float) -> bool:
+        now = self.clock()
+        return self.conn.execute(_RELEASE, (now + delay, key, pool, token, now)).rowcount == 1
+
+    def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
+        key = _int_id(item_id)
+        if key is None:
+            return None
+        return self._locked(self._extend, pool, key, token, lease)
+
+    def _extend(self, pool: str, key: int, token: int, lease: float) -> float | None:
+        now = self.clock()
+        expiry = now + lease
+        return (
+            expiry if self.conn.execute(_EXTEND, (expiry, key, pool, token, now, float(lease))).rowcount == 1 else None
+        )
+
+    def get(self, pool: str, item_id: str) -> WorkItem | None:
+        key = _int_id(item_id)
+        if key is None:
+            return None
+        row = self.conn.execute(f"SELECT {_COLS} FROM items WHERE id = ? AND pool = ?", (key, pool)).fetchone()
+        return None if row is None else _item(row)
+
+    def list_items(self, pool: str, state: ItemState, limit: int, offset: int) -> list[WorkItem]:
+        rows = self.conn.execute(
+            f"SELECT {_COLS} FROM items WHERE pool = ? AND state = ? ORDER BY id LIMIT ? OFFSET ?",
+            (pool, state.value, limit, offset),
+        ).fetchall()
+        return [_item(r) for r in rows]
+
+    def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        return self._write(self._requeue, pool, item_ids)
+
+    def _requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        now = self.clock()
+        sql = """
+            UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+                claimed_by = NULL, lease_expires_at = NULL
+            WHERE pool = ?2 AND state = 'poisoned'"""
+        if item_ids is None:
+            return self.conn.execute(sql, (now, pool)).rowcount
+        # One primary-key update per id (dict.fromkeys: a repeated id counts once).
+        keys = [k for k in (_int_id(i) for i in dict.fromkeys(item_ids)) if k is not None]
+        sql += " AND id = ?3"
+        execute = self.conn.execute
+        return sum(execute(sql, (now, pool, key)).rowcount for key in keys)
+
+    def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        return sum(self._write(self._release_by_worker, pool, worker_id, spend_attempt))
+
+    def _release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> tuple[int, int]:
+        """Returns (released to pending, poisoned)."""
+        now = self.clock()
+        conn = self.conn
+        where = "claimed_by = ?1 AND state = 'claimed'" + ("" if pool is None else " AND pool = ?3")
+        args: tuple[Any, ...] = (worker_id, now) if pool is None else (worker_id, now, pool)
+        poisoned = 0
+        if spend_attempt:
+            poisoned = conn.execute(
+                f"""UPDATE items INDEXED BY items_leases
+                SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL,
+                    error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
+                WHERE {where} AND attempts >= max_attempts""",
+                args,
+            ).rowcount
+            refund = ""
+        else:
+            refund = ", attempts = max(attempts - 1, 0), releases = releases + 1"
+        released = conn.execute(
+            f"""UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+                lease_expires_at = NULL{refund}
+            WHERE {where}""",
+            args,
+        ).rowcount
+        return released, poisoned
+
+    def purge(self, pool: str, older_than: float) -> int:
+        return self._write(self._purge, pool, older_than)
+
+    def _purge(self, pool: str, older_than: float) -> int:
+        cutoff = self.clock() - older_than
+        return self.conn.execute(
+            "DELETE FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?",
+            (pool, cutoff),
+        ).rowcount
+
+    def stats(self, pool: str) -> PoolStats:
+        now = self.clock()
+        conn = self.conn
+        # Counted per partial index (each item is in exactly one), never by a table scan.
+        pending, ready = conn.execute(
+            "SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM items INDEXED BY items_ready "
+            "WHERE pool = ?1 AND state = 'pending'",
+            (pool, now),
+        ).fetchone()
+        oldest = conn.execute(
+            "SELECT min(created_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?",
+            (pool, now),
+        ).fetchone()[0]
+        claimed = conn.execute(
+            "SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ? AND state = 'claimed'", (pool,)
+        ).fetchone()[0]
+        finished = dict.fromkeys(("done", "poisoned"), 0)
+        finished.update(
+            conn.execute(
+                "SELECT state, count(*) FROM items INDEXED BY items_finished "
+                "WHERE pool = ? AND state IN ('done', 'poisoned') GROUP BY state",
+                (pool,),
+            )
+        )
+        return PoolStats(
+            pool=pool,
+            pending=ready,
+            delayed=pending - ready,
+            claimed=claimed,
+            done=finished["done"],
+            poisoned=finished["poisoned"],
+            oldest_pending_at=oldest,
+        )
+
+    def pools(self) -> list[str]:
+        execute = self.conn.execute
+        found: set[str] = set()
+        for index, condition in _POOL_INDEXES:
+            first = f"SELECT min(pool) FROM items INDEXED BY {index} WHERE {condition}"
+            name = execute(first).fetchone()[0]
+            while name is not None:
+                found.add(name)
+                name = execute(f"{first} AND pool > ?", (name,)).fetchone()[0]
+        return sorted(found)
+
+    def next_due(self, pools: Sequence[str]) -> dict[str, float | None]:
+        """For each pool, when its next item becomes claimable (maybe already past), or None if never."""
+        conn = self.conn
+        due: dict[str, float | None] = {}
+        for pool in pools:
+            pending = conn.execute(_NEXT_PENDING, (pool,)).fetchone()[0]
+            lease = conn.execute(
+                "SELECT min(lease_expires_at) FROM items WHERE pool = ? AND state = 'claimed'", (pool,)
+            ).fetchone()[0]
+            times = [t for t in (pending, lease) if t is not None]
+            due[pool] = min(times) if times else None
+        return due
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (any process) commits to the file."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def poll(self, last_version: int, pools: Sequence[str]) -> tuple[int, dict[str, float | None] | None]:
+        """The data version, and each pool's next due time if someone else wrote since ``last_version``."""
+        version = self.data_version()
+        return version, (self.next_due(pools) if version != last_version else None)
+
+    # -- workers ------------------------------------------------------------
+    def register_worker(self, reg: WorkerRegistration) -> WorkerRecord:
+        return self._write(self._register_worker, reg)
+
+    def _register_worker(self, reg: WorkerRegistration) -> WorkerRecord:
+        now = self.clock()
+        row = self.conn.execute(
+            f"""INSERT OR REPLACE INTO workers ({_WORKER_COLS}) VALUES (?, ?, ?, ?, ?, 'starting', ?, ?, NULL)
+            RETURNING {_WORKER_COLS}""",
+            (
+                reg.worker_id,
+                reg.host,
+                reg.pid,
+                json.dumps(list(reg.pools)),
+                json.dumps(list(reg.capabilities)),
+                now,
+                now,
+            ),
+        ).fetchone()
+        return _worker(row)
+
+    def heartbeat(self, worker_id: str) -> WorkerRecord:
+        return self._write(self._heartbeat, worker_id)
+
+    def _heartbeat(self, worker_id: str) -> WorkerRecord:
+        now = self.clock()
+        conn = self.conn
+        row = conn.execute("SELECT status FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        if row is None:
+            raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
+        if row[0] == WorkerStatus.LOST.value:
+            raise WorkerLost(
+                f"worker {worker_id!r} was declared lost (no heartbeat in time) and its items were released; "
+                "stop it and register again",
+                worker_id=worker_id,
+            )
+        record = conn.execute(
+            f"UPDATE workers SET last_heartbeat = ? WHERE worker_id = ? RETURNING {_WORKER_COLS}", (now, worker_id)
+        ).fetchone()
+        conn.execute(
+            """UPDATE items INDEXED BY items_leases SET lease_expires_at = ?1 + lease_seconds
+            WHERE claimed_by = ?2 AND state = 'claimed' AND lease_expires_at > ?1""",
+            (now, worker_id),
+        )
+        return _worker(record)
+
+    def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        self._write(self._set_worker_status, worker_id, status, detail)
+
+    def _set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        changed = self.conn.execute(
+            "UPDATE workers SET status = ?, detail = ? WHERE worker_id = ?", (status.value, detail, worker_id)
+        ).rowcount
+        if not changed:
+            raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        row = self.conn.execute(f"SELECT {_WORKER_COLS} FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        return None if row is None else _worker(row)
+
+    def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
+        now = self.clock()
+        sql = f"SELECT {_WORKER_COLS} FROM workers"
+        args: list[Any] = []
+        if filter.host is not None:
+            sql += " WHERE host = ?"
+            args.append(filter.host)
+        records = [_worker(r) for r in self.conn.execute(sql + " ORDER BY registered_at, worker_id", args)]
+        return [r for r in records if filter.matches(r, now)]
+
+    def reap(self, threshold: float) -> list[ReapedWorker]:
+        return self._write(self._reap, threshold)
+
+    def _reap(self, threshold: float) -> list[ReapedWorker]:
+        now = self.clock()
+        conn = self.conn
+        silent = conn.execute(
+            """SELECT worker_id, last_heartbeat FROM workers
+            WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < ? ORDER BY last_heartbeat, worker_id""",
+            (now - threshold,),
+        ).fetchall()
+        reaped = []
+        for worker_id, last_heartbeat in silent:
+            conn.execute(
+                "UPDATE workers SET status = 'lost', detail = ? WHERE worker_id = ?",
+                (f"no heartbeat for {now - last_heartbeat:.1f}s (threshold {threshold:g}s)", worker_id),
+            )
+            released, poisoned = self._release_by_worker(None, worker_id, True)
+            reaped.append(ReapedWorker(worker_id, last_heartbeat, released, poisoned))
+        return reaped
+
+    # -- shared state -------------------------------------------------------
+    def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        self._write(self._state_put, namespace, key, value, ttl)
+
+    def _state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        now = self.clock()
+        conn = self.conn
+        # Expired keys of the namespace go now: the area stays small without a sweeper.
+        conn.execute("DELETE FROM shared_state WHERE namespace = ? AND expires_at <= ?", (namespace, now))
+        conn.execute(
+            "INSERT OR REPLACE INTO shared_state (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
+            (namespace, key, value, None if ttl is None else now + ttl),
+        )
+
+    def state_get(self, namespace: str, key: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT value FROM shared_state WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
+            (namespace, key, self.clock()),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def state_scan(self, namespace: str) -> dict[str, str]:
+        rows = self.conn.execute(
+            "SELECT key, value FROM shared_state WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?) "
+            "ORDER BY key",
+            (namespace, self.clock()),
+        )
+        return {k: v for k, v in rows}
+
+    def state_delete(self, namespace: str, key: str) -> bool:
+        return self._write(self._state_delete, namespace, key)
+
+    def _state_delete(self, namespace: str, key: str) -> bool:
+        now = self.clock()
+        row = self.conn.execute(
+            "DELETE FROM shared_state WHERE namespace = ? AND key = ? RETURNING expires_at", (namespace, key)
+        ).fetchone()
+        return row is not None and (row[0] is None or row[0] > now)
