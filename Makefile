@@ -7,6 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
+# tox looks for python3.X on PATH. pyenv's shims run only the selected
+# version, so hand tox every installed pyenv interpreter it may need.
+PYENV_ROOT ?= $(HOME)/.pyenv
+DISCOVER := $(foreach v,10 11 12 13,$(firstword $(wildcard $(PYENV_ROOT)/versions/3.$(v).*/bin/python3.$(v))))
+TOX_DISCOVER := $(if $(strip $(DISCOVER)),--discover $(DISCOVER))
+
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -18,10 +24,10 @@ demo: $(STAMP)
 
 # The whole tox matrix, two envs at a time (the machine has two cores).
 test: $(STAMP)
-	$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner
+	$(BIN)/tox run-parallel --parallel 2 --parallel-no-spinner $(TOX_DISCOVER)
 
 lint: $(STAMP)
-	$(BIN)/tox run -e lint,types
+	$(BIN)/tox run -e lint,types $(TOX_DISCOVER)
 
 bench: $(STAMP)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
