@@ -174,9 +174,11 @@ def check_lock_name(name: object) -> str:
     return name
 
 
-def check_lock_args(name: object, ttl: object, timeout: object) -> str:
+def check_lock_args(name: object, ttl: object, timeout: object, worker_id: object = None) -> str:
     """Validate ``acquire``'s arguments before anything is touched; returns the name."""
     check_lock_name(name)
+    if worker_id is not None and not isinstance(worker_id, str):
+        raise InvalidArgument(f"worker_id must be a string or None, got {worker_id!r}", value=worker_id)
     for what, value in (("ttl", ttl), ("timeout", timeout)):
         if value is None:
             continue

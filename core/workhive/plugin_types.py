@@ -47,13 +47,8 @@ def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[
 
 
 @attrs.frozen
-class StoragePlugin:
-    """Provides a storage backend.
-
-    ``factory(url, **options)`` gets the full URL (``sqlite:///x.db?synchronous=full``)
-    and returns an unopened ``StorageBackend``. ``schemes`` are the URL schemes
-    it answers to (default: its name).
-    """
+class _SchemedPlugin:
+    """A descriptor selected by URL scheme: its name, plus any ``schemes`` aliases."""
 
     name: str = attrs.field(validator=_check_name)
     factory: Callable[..., Any] = attrs.field(validator=_check_callable)
@@ -66,17 +61,18 @@ class StoragePlugin:
 
 
 @attrs.frozen
-class LocksPlugin:
+class StoragePlugin(_SchemedPlugin):
+    """Provides a storage backend.
+
+    ``factory(url, **options)`` gets the full URL (``sqlite:///x.db?synchronous=full``)
+    and returns an unopened ``StorageBackend``. ``schemes`` are the URL schemes
+    it answers to (default: its name).
+    """
+
+
+@attrs.frozen
+class LocksPlugin(_SchemedPlugin):
     """Provides a lock provider; ``factory(url)`` returns a ``LockProvider``."""
-
-    name: str = attrs.field(validator=_check_name)
-    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
-    description: str = ""
-    schemes: tuple[str, ...] = attrs.field(default=(), converter=_schemes, validator=_check_schemes)
-
-    @property
-    def all_schemes(self) -> tuple[str, ...]:
-        return (self.name, *[s for s in self.schemes if s != self.name])
 
 
 @attrs.frozen

@@ -166,9 +166,7 @@ class FcntlLocks:
         self, name: str, *, ttl: float | None = None, timeout: float | None = None, worker_id: str | None = None
     ) -> HeldLock:
         """Take lock ``name``; ``timeout=None`` waits forever, ``0`` tries once (``LockTimeout`` names the holder)."""
-        check_lock_args(name, ttl, timeout)
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise InvalidArgument(f"worker_id must be a string or None, got {worker_id!r}", value=worker_id)
+        check_lock_args(name, ttl, timeout, worker_id)
         self._check_open()
         self._ensure_dir()
         path = self.path_for(name)

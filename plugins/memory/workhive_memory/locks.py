@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 
-from workhive.errors import ConfigError, InvalidArgument, LockNotHeld, LockSystemError
+from workhive.errors import ConfigError, LockNotHeld, LockSystemError
 from workhive.locks import (
     HeldLock,
     LockHolder,
@@ -98,9 +98,7 @@ class MemoryLocks:
         self, name: str, *, ttl: float | None = None, timeout: float | None = None, worker_id: str | None = None
     ) -> HeldLock:
         """Take lock ``name``; ``timeout=None`` waits forever, ``0`` tries once (``LockTimeout`` names the holder)."""
-        check_lock_args(name, ttl, timeout)
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise InvalidArgument(f"worker_id must be a string or None, got {worker_id!r}", value=worker_id)
+        check_lock_args(name, ttl, timeout, worker_id)
         if self._closed:
             raise LockSystemError(f"{self!r} is closed; create a new provider")
         ttl_f = None if ttl is None else float(ttl)
