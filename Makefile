@@ -13,11 +13,14 @@ PYENV_ROOT ?= $(HOME)/.pyenv
 DISCOVER := $(foreach v,10 11 12 13,$(firstword $(wildcard $(PYENV_ROOT)/versions/3.$(v).*/bin/python3.$(v))))
 TOX_DISCOVER := $(if $(strip $(DISCOVER)),--discover $(DISCOVER))
 
+# pip's output goes to a log, shown only if the install fails.
 $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
+	@echo "setting up $(VENV): core + $(notdir $(PLUGINS)) (log: $(VENV)/install.log)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[testing]' $(addprefix -e ,$(PLUGINS)) 'tox>=4.11' 'httpx>=0.27'
-	touch $(STAMP)
+	@$(BIN)/pip install --upgrade pip > $(VENV)/install.log 2>&1 || { tail -40 $(VENV)/install.log; exit 1; }
+	@$(BIN)/pip install -e '.[testing,demo]' $(addprefix -e ,$(PLUGINS)) 'tox>=4.11' >> $(VENV)/install.log 2>&1 \
+		|| { tail -40 $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/workhive demo

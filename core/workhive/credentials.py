@@ -735,8 +735,10 @@ class CredentialPool:
             log.warning("credential %s: quota exhausted; parked %s", name, _format_when(until, now))
         else:  # AUTH_FAILED
             entry.counts["auth_failed"] += 1
+            # Calls already in flight on the key report their 401s too: warn once, on the transition.
+            already = entry.effective(now) == _DISABLED
             self._block(entry, _DISABLED, None, reason or "authentication failed (401/403)")
-            log.warning("credential %s disabled: %s", name, entry.reason)
+            (log.debug if already else log.warning)("credential %s disabled: %s", name, entry.reason)
         await self._publish(entry, now)
         self._refreshed_at = -math.inf  # read the fleet's view again before the next choice
         self._notify()
