@@ -129,7 +129,9 @@ async def test_wait_for_work_wakes_on_a_push_from_another_process(tmp_path: Path
     async with workhive.open(url) as hive:
         pool = hive.pool("jobs")
         await pool.push("warm-up")
-        await pool.complete(await pool.claim("me"))
+        warm = await pool.claim("me")
+        assert warm is not None
+        await pool.complete(warm)
         producer = CTX.Process(target=mp_workers.push_later, args=(url, 0.5))
         producer.start()
         try:

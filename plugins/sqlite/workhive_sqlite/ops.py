@@ -1,8 +1,10 @@
 """The storage operations as plain functions over one ``sqlite3`` connection.
 
-Everything here runs on the connection's own thread, one whole operation per
-call, so an async caller pays one thread round trip per operation instead of
-one per statement.
+Each call is one whole operation on one connection: the event loop's own
+connection (busy timeout 0: SQLITE_BUSY goes straight back to the caller, who
+retries or hands the operation on) or aiosqlite's, on its thread, where
+``_locked`` waits for the write lock. Either way an async caller pays at most
+one thread round trip per operation, never one per statement.
 
 Every write takes SQLite's write lock before it reads anything, so a claim
 never reads a snapshot and then fails to upgrade it (``SQLITE_BUSY_SNAPSHOT``),
@@ -44,6 +46,13 @@ _COLS = (
     "id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at, "
     "claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases"
 )
+# What a claim reads back: the columns it did not just set itself. A claimable
+# item never has a result or finished_at (done items are never claimable; every
+# way back to pending clears finished_at). Converting seven fewer columns per
+# row measured about 5 µs less per claim.
+_CLAIMED_COLS = (
+    "id, payload, priority, attempts, max_attempts, token, created_at, available_at, dedup_key, error, releases"
+)
 _STATES = {s.value: s for s in ItemState}
 _WORKER_COLS = "worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail"
 _WORKER_STATES = {s.value: s for s in WorkerStatus}
@@ -67,9 +76,16 @@ UPDATE items SET
     lease_seconds = ?5,
     lease_expires_at = ?6"""
 
+# Only while no lease in the pool has expired (one probe of items_leases,
+# evaluated once per statement): an expired lease may come first in claim
+# order, and it may have to be poisoned instead (see _claim).
+_NO_EXPIRED = """
+    AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_leases
+                    WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)"""
+
 # `id = (…)` for one item avoids building the IN list's temporary table.
-_CLAIM_ONE = f"{_CLAIM_SET}\nWHERE id = ({_READY})\nRETURNING {_COLS}"
-_CLAIM_READY = f"{_CLAIM_SET}\nWHERE id IN ({_READY})\nRETURNING {_COLS}"
+_CLAIM_ONE = f"{_CLAIM_SET}\nWHERE id = ({_READY}){_NO_EXPIRED}\nRETURNING {_CLAIMED_COLS}"
+_CLAIM_READY = f"{_CLAIM_SET}\nWHERE id IN ({_READY}){_NO_EXPIRED}\nRETURNING {_CLAIMED_COLS}"
 
 # With expired leases about: candidates are the best ready items and the best
 # expired leases (each branch bounded by ?3 on its own index), merged. An
@@ -88,12 +104,11 @@ WHERE id IN (
             WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
             ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
         ORDER BY 2 DESC, 3, 1 LIMIT ?3))
-RETURNING {_COLS}
+RETURNING {_CLAIMED_COLS}
 """
 
-# A read before the claim: whether the pool has a ready item and whether it
-# has an expired lease. An empty pool is then answered without taking the
-# write lock, so idle workers polling do not queue up behind busy ones.
+# When the common claim took nothing: whether the pool has a ready item and
+# whether it has an expired lease.
 _PEEK = """
 SELECT
     (SELECT 1 FROM items INDEXED BY items_ready
@@ -161,6 +176,10 @@ def _insert_sql(rows: int) -> str:
 
 
 _INSERT_MANY = _insert_sql(_INSERT_ROWS)
+#: How long a checkpoint keeps trying to take the write lock to restart the WAL (seconds).
+_RESTART_PATIENCE = 0.5
+#: Rows deleted per write transaction by purge, so workers wait at most a few ms.
+_PURGE_CHUNK = 1000
 _INSERT_ONE = _insert_sql(1)
 
 
@@ -175,18 +194,15 @@ def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) 
         conn.execute(_INSERT_ONE, [pool, now, *values[start : start + _INSERT_FIELDS]])
 
 
+# Rows per pool (see schema version 2): push adds, purge subtracts.
+_COUNT_ROWS = """
+INSERT INTO pools (pool, items) VALUES (?1, ?2) ON CONFLICT (pool) DO UPDATE SET items = items + excluded.items
+"""
+
 _LIVE_DUPLICATE = """
 SELECT id FROM items INDEXED BY items_dedup
 WHERE pool = ? AND dedup_key = ? AND state IN ('pending', 'claimed') ORDER BY id LIMIT 1
 """
-
-# Every item sits in exactly one of these partial indexes; a loose index scan
-# of each finds the pools in O(pools · log n) instead of reading every row.
-_POOL_INDEXES = (
-    ("items_ready", "state = 'pending'"),
-    ("items_leases", "state = 'claimed'"),
-    ("items_finished", "state IN ('done', 'poisoned')"),
-)
 
 # When the pool's next PENDING item comes due: the earliest available_at of
 # each distinct priority (a loose scan of items_ready), so O(priorities · log n).
@@ -216,6 +232,15 @@ def _item(row: Sequence[Any]) -> WorkItem:
     return WorkItem(str(row[0]), row[1], row[2], _STATES[row[3]], *row[4:])
 
 
+def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease: float) -> WorkItem:
+    """A just-claimed item from its ``_CLAIMED_COLS`` row and what the claim set."""
+    r = row
+    return WorkItem(
+        str(r[0]), pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
+        worker_id, expiry, lease, r[8], r[9], None, None, r[10],
+    )  # fmt: skip
+
+
 def _worker(row: Sequence[Any]) -> WorkerRecord:
     return WorkerRecord(
         row[0],
@@ -242,7 +267,8 @@ def _int_id(item_id: str) -> int | None:
 class Operations:
     """The storage operations, bound to one raw connection and a clock.
 
-    Call them only on the connection's thread (the backend ships them there).
+    Call them only on the connection's thread. ``busy_timeout <= 0`` means
+    never wait for the write lock: SQLITE_BUSY is raised, with nothing changed.
     """
 
     def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float], busy_timeout: float = 5.0) -> None:
@@ -257,12 +283,17 @@ class Operations:
         statement in autocommit, for which SQLite takes the write lock as the
         statement starts, before reading anything (so never a read-then-upgrade).
         Either way SQLITE_BUSY means nothing was done, and ``body`` is simply run again.
+        With ``busy_timeout <= 0`` (the event loop's own connection) ``body`` runs
+        once and SQLITE_BUSY goes to the caller, which retries on the thread.
 
         SQLite's own busy handler sleeps 1, 2, 5, 10… ms between tries, while a
         workhive write holds the lock for about 0.1 ms: with several processes
         the lock would sit idle while every waiter sleeps. So the connection's
         busy_timeout is 0 and this loop retries at a pace matched to the lock.
         """
+        if self.busy_timeout <= 0:
+            # The event-loop connection: never wait; the caller falls back to the thread.
+            return body(*args)
         try:
             return body(*args)
         except sqlite3.OperationalError as exc:
@@ -294,6 +325,15 @@ class Operations:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+    def _read(self, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body``'s reads on one snapshot (a deferred transaction never takes the write lock)."""
+        conn = self.conn
+        conn.execute("BEGIN")
+        try:
+            return body(*args)
+        finally:
+            conn.execute("COMMIT")
 
     def _write(self, body: Callable[..., T], *args: Any) -> T:
         """Run ``body`` in one immediate transaction (several statements, all or nothing)."""
@@ -327,7 +367,9 @@ class Operations:
             values += (next_id, item.payload, item.priority, item.max_attempts, now + item.delay, key)
             ids.append(str(next_id))
             next_id += 1
-        _insert(conn, pool, now, values)
+        if values:
+            _insert(conn, pool, now, values)
+            conn.execute(_COUNT_ROWS, (pool, len(values) // _INSERT_FIELDS))
         return ids
 
     def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
@@ -337,19 +379,24 @@ class Operations:
         now = self.clock()
         conn = self.conn
         args = (pool, now, limit, worker_id, float(lease), now + lease)
-        ready, expired = conn.execute(_PEEK, (pool, now)).fetchone()
-        if expired:
-            rows = self._transaction(self._claim_with_expired, args)
-        elif ready:
-            # The usual case is one autocommit statement: the claim is atomic on
-            # its own, and saving BEGIN/COMMIT is a third of the statements.
-            rows = conn.execute(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args).fetchall()
-        else:
-            return []
+        # The usual case is one autocommit statement: the claim is atomic on its
+        # own, and saving BEGIN/COMMIT (and a look first) halves the statements.
+        rows = conn.execute(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args).fetchall()
+        if not rows:
+            # Nothing ready, or an expired lease in the pool: look which.
+            ready, expired = conn.execute(_PEEK, (pool, now)).fetchone()
+            if expired:
+                rows = self._transaction(self._claim_with_expired, args)
+            elif ready:  # pushed by another process since the claim above
+                rows = conn.execute(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args).fetchall()
+            if not rows:
+                return []
         if len(rows) > 1:
             # RETURNING comes back in storage order; hand items out in claim order.
-            rows.sort(key=lambda r: (-r[4], r[9], r[0]))
-        return [_item(r) for r in rows]
+            rows.sort(key=lambda r: (-r[2], r[7], r[0]))
+        lease = float(lease)
+        expiry = now + lease
+        return [_claimed(r, pool, worker_id, expiry, lease) for r in rows]
 
     def _claim_with_expired(self, args: tuple[Any, ...]) -> list[Any]:
         conn = self.conn
@@ -465,16 +512,37 @@ class Operations:
         return released, poisoned
 
     def purge(self, pool: str, older_than: float) -> int:
-        return self._write(self._purge, pool, older_than)
+        """Delete finished items; done items have no index, so this reads the whole table.
 
-    def _purge(self, pool: str, older_than: float) -> int:
+        The scan runs as a read (WAL readers never block writers), and the rows
+        it found are deleted by key, re-checked, in short write transactions,
+        so workers are held up for the deletes only, never for the scan.
+        """
         cutoff = self.clock() - older_than
-        return self.conn.execute(
-            "DELETE FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?",
-            (pool, cutoff),
-        ).rowcount
+        found = [
+            row[0]
+            for row in self.conn.execute(
+                "SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?",
+                (pool, cutoff),
+            )
+        ]
+        deleted = 0
+        for start in range(0, len(found), _PURGE_CHUNK):
+            deleted += self._write(self._purge_rows, pool, cutoff, found[start : start + _PURGE_CHUNK])
+        return deleted
+
+    def _purge_rows(self, pool: str, cutoff: float, keys: list[int]) -> int:
+        execute = self.conn.execute
+        sql = "DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?"
+        deleted = sum(execute(sql, (key, pool, cutoff)).rowcount for key in keys)
+        execute(_COUNT_ROWS, (pool, -deleted))
+        return deleted
 
     def stats(self, pool: str) -> PoolStats:
+        # One read transaction, so the counts and the pool total agree.
+        return self._read(self._stats, pool)
+
+    def _stats(self, pool: str) -> PoolStats:
         now = self.clock()
         conn = self.conn
         # Counted per partial index (each item is in exactly one), never by a table scan.
@@ -490,34 +558,24 @@ class Operations:
         claimed = conn.execute(
             "SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ? AND state = 'claimed'", (pool,)
         ).fetchone()[0]
-        finished = dict.fromkeys(("done", "poisoned"), 0)
-        finished.update(
-            conn.execute(
-                "SELECT state, count(*) FROM items INDEXED BY items_finished "
-                "WHERE pool = ? AND state IN ('done', 'poisoned') GROUP BY state",
-                (pool,),
-            )
-        )
+        poisoned = conn.execute(
+            "SELECT count(*) FROM items INDEXED BY items_poisoned WHERE pool = ? AND state = 'poisoned'", (pool,)
+        ).fetchone()[0]
+        # Done items have no index (completing must stay cheap): they are the rest.
+        row = conn.execute("SELECT items FROM pools WHERE pool = ?", (pool,)).fetchone()
+        total = 0 if row is None else row[0]
         return PoolStats(
             pool=pool,
             pending=ready,
             delayed=pending - ready,
             claimed=claimed,
-            done=finished["done"],
-            poisoned=finished["poisoned"],
+            done=total - pending - claimed - poisoned,
+            poisoned=poisoned,
             oldest_pending_at=oldest,
         )
 
     def pools(self) -> list[str]:
-        execute = self.conn.execute
-        found: set[str] = set()
-        for index, condition in _POOL_INDEXES:
-            first = f"SELECT min(pool) FROM items INDEXED BY {index} WHERE {condition}"
-            name = execute(first).fetchone()[0]
-            while name is not None:
-                found.add(name)
-                name = execute(f"{first} AND pool > ?", (name,)).fetchone()[0]
-        return sorted(found)
+        return [row[0] for row in self.conn.execute("SELECT pool FROM pools WHERE items > 0 ORDER BY pool")]
 
     def next_due(self, pools: Sequence[str]) -> dict[str, float | None]:
         """For each pool, when its next item becomes claimable (maybe already past), or None if never."""
@@ -531,6 +589,33 @@ class Operations:
             times = [t for t in (pending, lease) if t is not None]
             due[pool] = min(times) if times else None
         return due
+
+    def checkpoint(self, restart_above: int) -> tuple[int, int]:
+        """Checkpoint the WAL without blocking writers; restart it if it is longer than ``restart_above`` frames.
+
+        Returns (frames in the log, frames copied back) as SQLite reports them.
+        A passive checkpoint copies what it can while writers keep appending,
+        so under steady writes the log is never fully copied at one instant and
+        SQLite never rewinds it. A RESTART takes the write lock (trying for up
+        to ``_RESTART_PATIENCE`` seconds), copies the rest and makes the next
+        writer start the log from the top.
+        """
+        conn = self.conn
+        _, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if log > restart_above:
+            # Writers take the lock for ~50 µs at a time, back to back: SQLite's own
+            # busy handler (sleeping 1, 2, 5… ms) would mostly find it taken, so
+            # retry at a pace matched to the lock, as _locked does. Each attempt
+            # that meets a writer still copies what it can, like a passive one.
+            deadline = time.monotonic() + _RESTART_PATIENCE
+            pause = 50e-6
+            while True:
+                busy, log, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                if not busy or time.monotonic() >= deadline:
+                    break
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 0.002)
+        return int(log), int(done)
 
     def data_version(self) -> int:
         """Changes whenever another connection (any process) commits to the file."""
