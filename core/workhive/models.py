@@ -74,7 +74,8 @@ class Job:
     dedup_key: str | None = None
 
 
-@attrs.frozen
+# Not slotted, like WorkItem: one is built per pushed item (see WorkItem's note).
+@attrs.frozen(slots=False)
 class NewItem:
     """An item as handed to a backend's ``push``: already validated.
 

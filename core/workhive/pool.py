@@ -91,10 +91,12 @@ class Pool:
 
         Every item is validated before anything is written: one bad item and none are pushed.
         """
+        # Plain data takes the defaults, so skip the option checks it cannot fail.
+        attempts = self._hive.max_attempts
         new = [
             self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key)
             if isinstance(i, Job)
-            else self._new_item(i, 0, 0.0, None, None)
+            else NewItem(to_json(i), 0, 0.0, attempts, None)
             for i in items
         ]
         if not new:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from workhive.errors import InvalidArgument, InvalidItem, InvalidName
@@ -13,7 +15,29 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}")
 
 # One encoder for the hot path: compact separators keep stored payloads small,
 # allow_nan=False refuses NaN/Infinity, which other JSON parsers reject.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+_stdlib_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _make_encoder() -> Callable[[Any], str]:
+    # JSONEncoder.encode builds a new C encoder on every call, which is most of the
+    # cost of encoding a small payload; build it once (3-4x faster per push). No
+    # circular-reference markers: a cycle ends in RecursionError, which to_json
+    # reports like any other unencodable value. Where the C accelerator is absent
+    # (other Pythons), the stdlib path gives the same text.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    basestring = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or basestring is None:
+        return _stdlib_encode
+    encoder = make(None, _refuse, basestring, None, ":", ",", False, False, False)
+    join = "".join
+    return lambda value: join(encoder(value, 0))
+
+
+_encode = _make_encoder()
 
 
 def check_name(kind: str, name: object) -> str:
