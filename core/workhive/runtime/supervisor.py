@@ -249,7 +249,11 @@ class Supervisor:
         if child.fatal is not None:
             self._finish(child.fatal[0], f"a worker process could not run: {child.fatal[1]}")
             return
-        if not child.ready:
+        # A process that exits on its own before it is ready (bad handler import,
+        # unreadable config) will do so again: give up after a few. One killed by a
+        # signal (an operator, the OOM killer, a chaos test) says nothing about the
+        # start-up itself, so it is restarted under the restart-rate limit below.
+        if not child.ready and code >= 0:
             self.startup_failures += 1
             log.error("worker process %d exited with status %d before it was ready", child.proc.pid, code)
             self.restart_at = time.monotonic() + 0.5 * self.startup_failures
