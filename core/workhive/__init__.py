@@ -74,7 +74,7 @@ from workhive.plugin_manager import PluginInfo, PluginManager
 from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
 from workhive.pool import Pool
 from workhive.shared_state import SharedState
-from workhive.storage import StorageBackend
+from workhive.storage import CompletesAndClaims, StorageBackend
 from workhive.workers import Workers
 
 __all__ = [
@@ -98,6 +98,7 @@ __all__ = [
     "Secret",
     "Verdict",
     "classify",
+    "CompletesAndClaims",
     "HeldLock",
     "Hive",
     "InvalidArgument",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
 from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, WorkItem
+from workhive.storage import CompletesAndClaims
 from workhive.validation import check_count, check_nonnegative, check_positive, to_json
 
 if TYPE_CHECKING:
@@ -40,12 +41,23 @@ class Pool:
     ...         await pool.complete(item, {"summary": "..."})
     """
 
-    __slots__ = ("_backend", "_ev_claimed", "_ev_completed", "_ev_failed", "_ev_poisoned", "_hive", "name")
+    __slots__ = (
+        "_backend",
+        "_ev_claimed",
+        "_ev_completed",
+        "_ev_failed",
+        "_ev_poisoned",
+        "_fused",
+        "_hive",
+        "name",
+    )
 
     def __init__(self, hive: Hive, name: str) -> None:
         self.name = name
         self._hive = hive
         self._backend = hive.storage
+        # Decided once: a runtime-checkable isinstance walks the protocol's members.
+        self._fused = hive.storage if isinstance(hive.storage, CompletesAndClaims) else None
         events = hive.manager.event_hooks
         self._ev_claimed = events["workhive_item_claimed"]
         self._ev_completed = events["workhive_item_completed"]
@@ -136,6 +148,44 @@ class Pool:
             raise await self._lease_lost(item, "complete")
         if self._ev_completed:
             self._hive.manager.hook.workhive_item_completed(pool=self.name, item=item)
+
+    async def complete_and_claim(
+        self, item: WorkItem, result: Any = None, worker_id: str | None = None, *, lease: float | None = None
+    ) -> WorkItem | None:
+        """Complete ``item`` (keeping ``result``) and claim the next item, or None when none is ready.
+
+        The worker loop in one call. Backends that support it do both in one
+        transaction (half the commits of ``complete`` then ``claim``); others
+        do the two in turn. The new item has its own lease and fencing token,
+        exactly as from ``claim``. A stale claim raises ``LeaseLost`` and
+        claims nothing; the completion stands even when nothing is left.
+
+        >>> async def work(pool):  # doctest: +SKIP
+        ...     item = await pool.claim("w1")
+        ...     while item is not None:
+        ...         item = await pool.complete_and_claim(item, {"ok": True}, "w1")
+        """
+        ack = Ack(item.id, item.token, None if result is None else to_json(result, "result"))
+        lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
+        wid = self._hive.anonymous_worker_id if worker_id is None else worker_id
+        fused = self._fused
+        items: list[WorkItem] | None = None
+        if fused is not None:
+            accepted, items = await fused.complete_and_claim(self.name, ack, wid, 1, lease_s)
+        else:
+            accepted = (await self._backend.complete(self.name, (ack,)))[0]
+        if not accepted:
+            raise await self._lease_lost(item, "complete")
+        if self._ev_completed:
+            self._hive.manager.hook.workhive_item_completed(pool=self.name, item=item)
+        if items is None:
+            # Composed: the completion is already committed (and reported) if this claim fails.
+            items = await self._backend.claim(self.name, wid, 1, lease_s)
+        if not items:
+            return None
+        if self._ev_claimed:
+            self._hive.manager.hook.workhive_item_claimed(pool=self.name, item=items[0], worker_id=wid)
+        return items[0]
 
     async def complete_many(self, done: Sequence[tuple[WorkItem, Any]]) -> list[bool]:
         """Complete many claims in one backend call (batched acks).

@@ -46,6 +46,13 @@ Items
     PENDING, available now, with ``attempts = 0`` and the error kept.
   * ``purge`` deletes DONE/POISONED items finished more than ``older_than``
     seconds ago; retention is the caller's policy.
+  * Optional: ``complete_and_claim`` (see ``CompletesAndClaims``) does
+    ``complete(pool, [ack])`` and, if and only if that ack was accepted,
+    ``claim(pool, worker_id, limit, lease)``, atomically (one transaction or
+    script): a worker loop then costs one write per item instead of two.
+    Returns ``(accepted, claimed)``; a refused ack claims nothing and changes
+    nothing. Backends without it keep working: the facade falls back to
+    ``complete`` then ``claim``.
 
 Workers
   * ``register_worker`` inserts or replaces the record: status STARTING,
@@ -85,7 +92,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["StorageBackend"]
+__all__ = ["CompletesAndClaims", "StorageBackend"]
 
 
 @runtime_checkable
@@ -134,3 +141,30 @@ class StorageBackend(Protocol):
     async def state_get(self, namespace: str, key: str) -> str | None: ...
     async def state_scan(self, namespace: str) -> dict[str, str]: ...
     async def state_delete(self, namespace: str, key: str) -> bool: ...
+
+
+@runtime_checkable
+class CompletesAndClaims(Protocol):
+    """An optional backend method: complete one claim and claim the next in one atomic step.
+
+    Each claimed item still gets its own lease and fencing token; only the
+    commits are shared. ``Pool`` checks for it once, with ``isinstance``, and
+    falls back to ``complete`` then ``claim`` for backends without it.
+
+    >>> class MyBackend:  # doctest: +SKIP
+    ...     async def complete_and_claim(self, pool, ack, worker_id, limit, lease):
+    ...         async with self.transaction():
+    ...             if not (await self._complete(pool, [ack]))[0]:
+    ...                 return False, []
+    ...             return True, await self._claim(pool, worker_id, limit, lease)
+    """
+
+    async def complete_and_claim(
+        self, pool: str, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        """Atomically ``complete(pool, [ack])``; only if accepted, ``claim(pool, worker_id, limit, lease)``.
+
+        Returns ``(accepted, claimed)``. When the ack is refused nothing is
+        claimed and nothing changes.
+        """
+        ...

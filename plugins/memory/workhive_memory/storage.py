@@ -285,6 +285,15 @@ class MemoryStorage:
             out.append(True)
         return out
 
+    async def complete_and_claim(
+        self, pool: str, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        # Neither coroutine awaits anything, so no other task runs between the
+        # two: the pair is as atomic as each call on its own.
+        if not (await self.complete(pool, (ack,)))[0]:
+            return False, []
+        return True, await self.claim(pool, worker_id, limit, lease)
+
     async def fail(
         self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
     ) -> ItemState | None:

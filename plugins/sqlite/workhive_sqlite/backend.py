@@ -457,6 +457,15 @@ class SqliteStorage:
     async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
         return await (self._run if len(acks) <= INLINE_MAX else self._thread)(Operations.complete, pool, acks)
 
+    async def complete_and_claim(
+        self, pool: str, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        # One BEGIN IMMEDIATE … COMMIT on the fast path: when the lock is taken,
+        # BEGIN answers SQLITE_BUSY before anything changed and the thread retries it whole.
+        return await (self._run if limit <= INLINE_MAX else self._thread)(
+            Operations.complete_and_claim, pool, ack, worker_id, limit, lease
+        )
+
     async def fail(
         self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
     ) -> ItemState | None:
