@@ -162,6 +162,17 @@ WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expir
 
 # Inserting many rows per statement binds and steps far less than one
 # statement per row (about 3x faster per item); ?1 is the pool, ?2 the time.
+#: Keys for ``_numbered``: sqlite3 looks up ``?N`` placeholders in a mapping as "N".
+_NUMBER_KEYS = tuple(str(i) for i in range(1, 32767))
+
+
+def _numbered(args: Sequence[Any]) -> dict[str, Any]:
+    """Parameters for SQL written with ``?1``, ``?2``…: the statements reuse a value
+    in several places (``now``, ``pool``), and Python 3.12+ deprecates binding a
+    sequence to numbered placeholders (3.14 refuses it), so they get a mapping."""
+    return dict(zip(_NUMBER_KEYS, args))
+
+
 _INSERT_FIELDS = 6  # id, payload, priority, max_attempts, available_at, dedup_key
 _INSERT_ROWS = 100
 
@@ -190,10 +201,10 @@ def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) 
     chunk = _INSERT_ROWS * _INSERT_FIELDS
     full = len(values) - len(values) % chunk
     for start in range(0, full, chunk):
-        conn.execute(_INSERT_MANY, [pool, now, *values[start : start + chunk]])
+        conn.execute(_INSERT_MANY, _numbered([pool, now, *values[start : start + chunk]]))
     # The tail row by row, so only two statement texts ever reach the cache.
     for start in range(full, len(values), _INSERT_FIELDS):
-        conn.execute(_INSERT_ONE, [pool, now, *values[start : start + _INSERT_FIELDS]])
+        conn.execute(_INSERT_ONE, _numbered([pool, now, *values[start : start + _INSERT_FIELDS]]))
 
 
 # Rows per pool (see schema version 2): push adds, purge subtracts.
@@ -375,7 +386,7 @@ class Operations:
             next_id += 1
         if values:
             _insert(conn, pool, now, values)
-            conn.execute(_COUNT_ROWS, (pool, len(values) // _INSERT_FIELDS))
+            conn.execute(_COUNT_ROWS, _numbered((pool, len(values) // _INSERT_FIELDS)))
         return ids
 
     def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
@@ -384,13 +395,13 @@ class Operations:
     def _claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         now = self.clock()
         conn = self.conn
-        args = (pool, now, limit, worker_id, float(lease), now + lease)
+        args = _numbered((pool, now, limit, worker_id, float(lease), now + lease))
         # The usual case is one autocommit statement: the claim is atomic on its
         # own, and saving BEGIN/COMMIT (and a look first) halves the statements.
         rows = conn.execute(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args).fetchall()
         if not rows:
             # Nothing ready, or an expired lease in the pool: look which.
-            ready, expired = conn.execute(_PEEK, (pool, now)).fetchone()
+            ready, expired = conn.execute(_PEEK, _numbered((pool, now))).fetchone()
             if expired:
                 rows = self._transaction(self._claim_with_expired, args)
             elif ready:  # pushed by another process since the claim above
@@ -404,9 +415,9 @@ class Operations:
         expiry = now + lease
         return [_claimed(r, pool, worker_id, expiry, lease) for r in rows]
 
-    def _claim_with_expired(self, args: tuple[Any, ...]) -> list[Any]:
+    def _claim_with_expired(self, args: dict[str, Any]) -> list[Any]:
         conn = self.conn
-        conn.execute(_POISON_EXPIRED, args[:2])
+        conn.execute(_POISON_EXPIRED, args)
         return conn.execute(_CLAIM_ANY, args).fetchall()
 
     def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
@@ -420,7 +431,9 @@ class Operations:
         done = []
         for ack in acks:
             key = _int_id(ack.item_id)
-            done.append(key is not None and execute(_COMPLETE, (ack.result, now, key, pool, ack.token)).rowcount == 1)
+            done.append(
+                key is not None and execute(_COMPLETE, _numbered((ack.result, now, key, pool, ack.token))).rowcount == 1
+            )
         return done
 
     def complete_and_claim(
@@ -448,7 +461,7 @@ class Operations:
 
     def _fail(self, pool: str, key: int, token: int, error: str, retry_in: float, poison: bool) -> ItemState | None:
         now = self.clock()
-        row = self.conn.execute(_FAIL, (poison, error, now + retry_in, now, key, pool, token)).fetchone()
+        row = self.conn.execute(_FAIL, _numbered((poison, error, now + retry_in, now, key, pool, token))).fetchone()
         return None if row is None else _STATES[row[0]]
 
     def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
@@ -459,7 +472,7 @@ class Operations:
 
     def _release(self, pool: str, key: int, token: int, delay: float) -> bool:
         now = self.clock()
-        return self.conn.execute(_RELEASE, (now + delay, key, pool, token, now)).rowcount == 1
+        return self.conn.execute(_RELEASE, _numbered((now + delay, key, pool, token, now))).rowcount == 1
 
     def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
         key = _int_id(item_id)
@@ -471,7 +484,9 @@ class Operations:
         now = self.clock()
         expiry = now + lease
         return (
-            expiry if self.conn.execute(_EXTEND, (expiry, key, pool, token, now, float(lease))).rowcount == 1 else None
+            expiry
+            if self.conn.execute(_EXTEND, _numbered((expiry, key, pool, token, now, float(lease)))).rowcount == 1
+            else None
         )
 
     def get(self, pool: str, item_id: str) -> WorkItem | None:
@@ -498,12 +513,12 @@ class Operations:
                 claimed_by = NULL, lease_expires_at = NULL
             WHERE pool = ?2 AND state = 'poisoned'"""
         if item_ids is None:
-            return self.conn.execute(sql, (now, pool)).rowcount
+            return self.conn.execute(sql, _numbered((now, pool))).rowcount
         # One primary-key update per id (dict.fromkeys: a repeated id counts once).
         keys = [k for k in (_int_id(i) for i in dict.fromkeys(item_ids)) if k is not None]
         sql += " AND id = ?3"
         execute = self.conn.execute
-        return sum(execute(sql, (now, pool, key)).rowcount for key in keys)
+        return sum(execute(sql, _numbered((now, pool, key))).rowcount for key in keys)
 
     def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
         return sum(self._write(self._release_by_worker, pool, worker_id, spend_attempt))
@@ -513,7 +528,7 @@ class Operations:
         now = self.clock()
         conn = self.conn
         where = "claimed_by = ?1 AND state = 'claimed'" + ("" if pool is None else " AND pool = ?3")
-        args: tuple[Any, ...] = (worker_id, now) if pool is None else (worker_id, now, pool)
+        args = _numbered((worker_id, now) if pool is None else (worker_id, now, pool))
         poisoned = 0
         if spend_attempt:
             poisoned = conn.execute(
@@ -558,7 +573,7 @@ class Operations:
         execute = self.conn.execute
         sql = "DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?"
         deleted = sum(execute(sql, (key, pool, cutoff)).rowcount for key in keys)
-        execute(_COUNT_ROWS, (pool, -deleted))
+        execute(_COUNT_ROWS, _numbered((pool, -deleted)))
         return deleted
 
     def stats(self, pool: str) -> PoolStats:
@@ -572,7 +587,7 @@ class Operations:
         pending, ready = conn.execute(
             "SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM items INDEXED BY items_ready "
             "WHERE pool = ?1 AND state = 'pending'",
-            (pool, now),
+            _numbered((pool, now)),
         ).fetchone()
         oldest = conn.execute(
             "SELECT min(created_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?",
@@ -605,7 +620,7 @@ class Operations:
         conn = self.conn
         due: dict[str, float | None] = {}
         for pool in pools:
-            pending = conn.execute(_NEXT_PENDING, (pool,)).fetchone()[0]
+            pending = conn.execute(_NEXT_PENDING, _numbered((pool,))).fetchone()[0]
             lease = conn.execute(
                 "SELECT min(lease_expires_at) FROM items WHERE pool = ? AND state = 'claimed'", (pool,)
             ).fetchone()[0]
@@ -691,7 +706,7 @@ class Operations:
         conn.execute(
             """UPDATE items INDEXED BY items_leases SET lease_expires_at = ?1 + lease_seconds
             WHERE claimed_by = ?2 AND state = 'claimed' AND lease_expires_at > ?1""",
-            (now, worker_id),
+            _numbered((now, worker_id)),
         )
         return _worker(record)
 
