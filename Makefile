@@ -32,8 +32,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/tox run -e lint,types $(TOX_DISCOVER)
 
+# The peers each bench compares against are installed for the benches only.
 bench: $(STAMP)
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+	@$(BIN)/pip install huey 'flatmachines==1.0.0' filelock >> $(VENV)/install.log 2>&1 \
+		|| { tail -40 $(VENV)/install.log; exit 1; }
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .tox .workhive
