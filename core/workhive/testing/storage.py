@@ -119,6 +119,13 @@ class StorageContract:
         assert item is not None, "expected an item to be claimable"
         return item
 
+    async def superseded_claim(self, pool: Pool, clock: ManualClock | None, lease: float) -> tuple[WorkItem, WorkItem]:
+        """Push one item and return (a claim whose lease expired, the claim that took the item over)."""
+        await pool.push("x")
+        stale = await self.must_claim(pool, "w1", lease=lease)
+        await self.elapse(clock, lease * 1.5)
+        return stale, await self.must_claim(pool, "w2", lease=lease * 20)
+
     @staticmethod
     async def raw(hive: Hive, pool: str, item_id: str) -> WorkItem:
         item = await hive.storage.get(pool, item_id)
@@ -311,10 +318,7 @@ class StorageContract:
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
         pool = hive.pool("jobs")
-        await pool.push("x")
-        stale = await self.must_claim(pool, "w1", lease=lease)
-        await self.elapse(clock, lease * 1.5)
-        current = await self.must_claim(pool, "w2", lease=lease * 20)
+        stale, current = await self.superseded_claim(pool, clock, lease)
         before = await self.raw(hive, "jobs", current.id)
         for action in (
             pool.complete(stale, "late"),
@@ -440,10 +444,7 @@ class StorageContract:
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
         pool = hive.pool("jobs")
-        await pool.push("x")
-        stale = await self.must_claim(pool, "w1", lease=lease)
-        await self.elapse(clock, lease * 1.5)
-        current = await self.must_claim(pool, "w2", lease=lease * 20)
+        stale, current = await self.superseded_claim(pool, clock, lease)
         waiting_id = await pool.push("y")
         before = (await self._snapshot(hive), await self.raw(hive, "jobs", current.id))
         for refused in (stale, attrs.evolve(current, token=current.token + 1000)):
