@@ -30,6 +30,11 @@ def error_text(error: BaseException | str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 15] + "… [truncated]"
 
 
+def _ack(item: WorkItem, result: Any) -> Ack:
+    """The completion of ``item``'s claim, with ``result`` encoded (InvalidItem if it cannot be)."""
+    return Ack(item.id, item.token, None if result is None else to_json(result, "result"))
+
+
 class Pool:
     """A named work pool. Get one with ``hive.pool(name)``.
 
@@ -143,7 +148,7 @@ class Pool:
 
     async def complete(self, item: WorkItem, result: Any = None) -> None:
         """Mark a claimed item done and keep ``result``; ``LeaseLost`` if the claim is stale."""
-        ack = Ack(item.id, item.token, None if result is None else to_json(result, "result"))
+        ack = _ack(item, result)
         if not (await self._backend.complete(self.name, (ack,)))[0]:
             raise await self._lease_lost(item, "complete")
         if self._ev_completed:
@@ -165,7 +170,7 @@ class Pool:
         ...     while item is not None:
         ...         item = await pool.complete_and_claim(item, {"ok": True}, "w1")
         """
-        ack = Ack(item.id, item.token, None if result is None else to_json(result, "result"))
+        ack = _ack(item, result)
         lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
         wid = self._hive.anonymous_worker_id if worker_id is None else worker_id
         fused = self._fused
@@ -193,7 +198,7 @@ class Pool:
         Returns, per item, whether it was accepted; a stale claim is ``False``
         rather than an exception, so one lost lease does not undo the batch.
         """
-        acks = [Ack(i.id, i.token, None if r is None else to_json(r, "result")) for i, r in done]
+        acks = [_ack(i, r) for i, r in done]
         if not acks:
             return []
         accepted = await self._backend.complete(self.name, acks)
