@@ -105,16 +105,26 @@ async def fill(url: str, n: int) -> None:
             await pool.push_many({"n": i} for i in range(start, min(n, start + 10_000)))
 
 
-async def drain_per_item(url: str, worker: str) -> int:
-    async with workhive.open(url) as hive:
-        pool = hive.pool("bench")
-        done = 0
-        while True:
-            item = await pool.claim(worker)
-            if item is None:
-                return done
+async def drain_loop(pool: workhive.Pool, worker: str, fused: bool) -> int:
+    """Claim and complete one item at a time until the pool is empty; returns the count.
+
+    ``fused``: complete each item and claim the next in one call (one transaction).
+    """
+    done = 0
+    item = await pool.claim(worker)
+    while item is not None:
+        if fused:
+            item = await pool.complete_and_claim(item, RESULT, worker)
+        else:
             await pool.complete(item, RESULT)
-            done += 1
+            item = await pool.claim(worker)
+        done += 1
+    return done
+
+
+async def drain_per_item(url: str, worker: str, fused: bool = False) -> int:
+    async with workhive.open(url) as hive:
+        return await drain_loop(hive.pool("bench"), worker, fused)
 
 
 async def drain_batched(url: str, worker: str, batch: int) -> int:
@@ -129,57 +139,23 @@ async def drain_batched(url: str, worker: str, batch: int) -> int:
             done += len(items)
 
 
-async def drain_fused(url: str, worker: str) -> int:
-    async with workhive.open(url) as hive:
-        pool = hive.pool("bench")
-        done = 0
-        item = await pool.claim(worker)
-        while item is not None:
-            item = await pool.complete_and_claim(item, RESULT, worker)
-            done += 1
-        return done
-
-
-def _proc_worker_fused(url: str, worker: str, ready: Any, go: Any, out: Any) -> None:
+def _proc_worker(url: str, worker: str, fused: bool, ready: Any, go: Any, out: Any) -> None:
     async def run() -> tuple[int, float]:
         async with workhive.open(url) as hive:
             pool = hive.pool("bench")
             await pool.stats()  # connection and schema check done before the clock starts
             ready.put(worker)
             go.wait()
-            done = 0
-            item = await pool.claim(worker)
-            while item is not None:
-                item = await pool.complete_and_claim(item, RESULT, worker)
-                done += 1
+            done = await drain_loop(pool, worker, fused)
             return done, time.time()
 
     out.put(asyncio.run(run()))
 
 
-def _proc_worker(url: str, worker: str, ready: Any, go: Any, out: Any) -> None:
-    async def run() -> tuple[int, float]:
-        async with workhive.open(url) as hive:
-            pool = hive.pool("bench")
-            await pool.stats()  # connection and schema check done before the clock starts
-            ready.put(worker)
-            go.wait()
-            done = 0
-            while True:
-                item = await pool.claim(worker)
-                if item is None:
-                    return done, time.time()
-                await pool.complete(item, RESULT)
-                done += 1
-
-    out.put(asyncio.run(run()))
-
-
-def workhive_processes(url: str, n_procs: int, target: Any = None) -> tuple[int, float]:
+def workhive_processes(url: str, n_procs: int, fused: bool = False) -> tuple[int, float]:
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    target = _proc_worker if target is None else target
-    procs = [ctx.Process(target=target, args=(url, f"p{i}", ready, go, out)) for i in range(n_procs)]
+    procs = [ctx.Process(target=_proc_worker, args=(url, f"p{i}", fused, ready, go, out)) for i in range(n_procs)]
     for p in procs:
         p.start()
     for _ in procs:
@@ -313,11 +289,11 @@ def main() -> None:
         url = f"sqlite:///{tmp}/one-fused.db"
         asyncio.run(fill(url, n_one))
         started = time.perf_counter()
-        one_fused = asyncio.run(drain_fused(url, "w1")) / (time.perf_counter() - started)
+        one_fused = asyncio.run(drain_per_item(url, "w1", fused=True)) / (time.perf_counter() - started)
 
         url = f"sqlite:///{tmp}/four-fused.db"
         asyncio.run(fill(url, n_four))
-        done, elapsed = workhive_processes(url, 4, _proc_worker_fused)
+        done, elapsed = workhive_processes(url, 4, fused=True)
         four_fused = done / elapsed
 
         url = f"sqlite:///{tmp}/batch.db"
