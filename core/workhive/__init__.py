@@ -13,6 +13,7 @@ The public API is what this module exports; everything else is private.
 """
 
 from workhive.backoff import BackoffStrategy
+from workhive.budgets import Budget, BudgetTake, TakesBudget
 from workhive.credentials import (
     Credential,
     CredentialPool,
@@ -25,9 +26,11 @@ from workhive.credentials import (
 )
 from workhive.errors import (
     AuthFailed,
+    BudgetUnsatisfiable,
     ConfigError,
     CredentialError,
     HandlerSignal,
+    HiveNotFound,
     InvalidArgument,
     InvalidItem,
     InvalidName,
@@ -39,6 +42,7 @@ from workhive.errors import (
     LockTimeout,
     NoCredentialAvailable,
     NotFound,
+    OutcomeUnknown,
     Permanent,
     PluginConflict,
     PluginError,
@@ -48,6 +52,7 @@ from workhive.errors import (
     PoolNotFound,
     RateLimited,
     SchemaVersionError,
+    StorageCorrupt,
     StorageError,
     StorageUnavailable,
     WorkerLost,
@@ -87,6 +92,9 @@ __all__ = [
     "Ack",
     "BackoffPlugin",
     "BackoffStrategy",
+    "Budget",
+    "BudgetTake",
+    "BudgetUnsatisfiable",
     "ConfigError",
     "CredentialError",
     "CredentialsPlugin",
@@ -100,6 +108,7 @@ __all__ = [
     "classify",
     "CompletesAndClaims",
     "HeldLock",
+    "HiveNotFound",
     "Hive",
     "InvalidArgument",
     "InvalidItem",
@@ -118,6 +127,7 @@ __all__ = [
     "NewItem",
     "NoCredentialAvailable",
     "NotFound",
+    "OutcomeUnknown",
     "PluginConflict",
     "PluginError",
     "PluginInfo",
@@ -131,7 +141,9 @@ __all__ = [
     "ReapedWorker",
     "SchemaVersionError",
     "SharedState",
+    "TakesBudget",
     "StorageBackend",
+    "StorageCorrupt",
     "StorageError",
     "StoragePlugin",
     "StorageUnavailable",

@@ -26,10 +26,12 @@ True
 
 from __future__ import annotations
 
+import inspect
 import random
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from workhive.errors import InvalidArgument
+from workhive.errors import ConfigError, InvalidArgument
 from workhive.hookspecs import hookimpl
 from workhive.plugin_types import BackoffPlugin
 from workhive.validation import check_nonnegative, check_positive
@@ -42,6 +44,7 @@ __all__ = [
     "Exponential",
     "FullJitter",
     "NoBackoff",
+    "from_spec",
     "DEFAULT_MAX_RETRY_AFTER",
     "DEFAULT_RETRY_AFTER_JITTER",
 ]
@@ -250,6 +253,62 @@ _BUILTINS: tuple[tuple[type[_Strategy], str], ...] = (
     (NoBackoff, "retry at once (Retry-After still honoured)"),
     (Exponential, "exponential without jitter (a baseline for benchmarks; prefer full-jitter)"),
 )
+
+
+#: factory parameters a spec cannot set: they take Python objects, not numbers
+_NOT_FROM_SPEC = frozenset({"rng"})
+
+
+def spec_parameters(factory: object) -> list[str] | None:
+    """The parameters a spec can give ``factory``, in dash form; None if it takes any keyword.
+
+    >>> spec_parameters(Constant)
+    ['base', 'cap', 'max-attempts', 'max-retry-after', 'retry-after-jitter']
+    """
+    try:
+        signature = inspect.signature(factory)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # a callable Python cannot introspect: let it judge its keywords
+        return None
+    names: list[str] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            return None
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            if parameter.name not in _NOT_FROM_SPEC:
+                names.append(parameter.name.replace("_", "-"))
+    return names
+
+
+def from_spec(plugin: BackoffPlugin, spec: str, params: Mapping[str, str]) -> BackoffStrategy:
+    """Build ``plugin``'s strategy from a spec's parameters (``base=0.5``), or ConfigError saying what is wrong.
+
+    Keys are written with dashes (``max-attempts=5``) and become the factory's
+    keywords; values must be numbers. An unknown key is refused with the list
+    of the ones the strategy takes.
+
+    >>> from_spec(workhive_backoff()[3], "constant?base=2", {"base": "2"})
+    Constant(base=2.0, cap=60.0)
+    """
+    accepted = spec_parameters(plugin.factory)
+    kwargs: dict[str, float] = {}
+    for key, value in params.items():
+        if accepted is not None and key.replace("_", "-") not in accepted:
+            about = f" ({plugin.name}: {plugin.description})" if plugin.description else ""
+            raise ConfigError(
+                f"backoff strategy {spec!r}: {plugin.name} has no parameter {key!r}; "
+                f"it takes {', '.join(accepted) or 'no parameters'}{about}",
+                spec=spec,
+                parameters=accepted,
+            )
+        try:
+            kwargs[key.replace("-", "_")] = float(value)
+        except ValueError:
+            raise ConfigError(f"parameter {key}={value!r} of backoff strategy {spec!r} must be a number") from None
+    try:
+        strategy: BackoffStrategy = plugin.factory(**kwargs)
+    except (InvalidArgument, TypeError) as exc:
+        raise ConfigError(f"backoff strategy {spec!r}: {exc}", spec=spec) from None
+    return strategy
 
 
 @hookimpl

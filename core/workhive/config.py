@@ -66,6 +66,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     optional: bool = False  # None is a valid value (and the default)
+    zero_ok: bool = False  # a float setting whose minimum (0) is itself allowed
 
     @property
     def env_var(self) -> str:
@@ -96,11 +97,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("heartbeat", "float", 10.0, "seconds between heartbeats (which extend leases)", minimum=0),
     Setting("max_attempts", "int", 5, "claims before an item is poisoned", minimum=1),
     Setting("reap_after", "float", 60.0, "seconds of silence before a worker is declared lost", minimum=0),
-    Setting("grace", "float", 30.0, "seconds in-flight items get to finish after SIGTERM", minimum=0),
+    Setting(
+        "grace", "float", 30.0, "seconds in-flight items get to finish after SIGTERM (0: none)", minimum=0, zero_ok=True
+    ),
     Setting(
         "max_rate_limit_retries", "int", 50, "rate-limit releases per item before it counts as a failure", minimum=1
     ),
     Setting("progress", "choice", "auto", "progress display", choices=PROGRESS_MODES),
+    Setting(
+        "metrics_port",
+        "int",
+        None,
+        "serve Prometheus metrics for the whole fleet on this port of 127.0.0.1 (workhive[metrics])",
+        minimum=1,
+        optional=True,
+    ),
 )
 _BY_KEY = {s.key: s for s in SETTINGS}
 
@@ -168,6 +179,7 @@ class Config:
                 "grace",
                 "max_rate_limit_retries",
                 "progress",
+                "metrics_port",
             )
         }
         fields.update(overrides)
@@ -241,7 +253,9 @@ def _coerce(setting: Setting, value: Any, where: str, *, from_text: bool) -> Any
         )
     ):
         raise bad(" (seconds)")
-    if setting.minimum is not None and value <= setting.minimum:
+    if setting.minimum is not None and setting.zero_ok and value < setting.minimum:
+        raise bad(f" >= {setting.minimum:g} (seconds)")
+    if setting.minimum is not None and not setting.zero_ok and value <= setting.minimum:
         raise bad(f" > {setting.minimum:g} (seconds)")
     return float(value)
 

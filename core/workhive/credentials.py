@@ -45,7 +45,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, runtime_checkable
 
 import attrs
 
+from workhive.budgets import Budget
 from workhive.errors import ConfigError, CredentialError, InvalidArgument, NoCredentialAvailable
+from workhive.redaction import register_secret
 from workhive.retry_after import parse_retry_after
 from workhive.validation import check_name, check_nonnegative, check_positive
 
@@ -170,6 +172,10 @@ class Credential:
     base_url: str | None = None
     model: str | None = None
     max_concurrency: int | None = attrs.field(default=None, validator=_check_limit)
+    #: rate limits of this key (``workhive.budgets.Budget``), from the spec or the provider; None: unknown
+    budget: Budget | None = attrs.field(
+        default=None, repr=False, validator=attrs.validators.optional(attrs.validators.instance_of(Budget))
+    )
 
 
 @runtime_checkable
@@ -331,6 +337,35 @@ def classify(
     return Verdict(Outcome.ERROR, retry_after=retry_after, reason=_short(f"HTTP {status}: {text}"))
 
 
+def _split_budget(spec: str, argument: str) -> tuple[str, dict[str, str] | None]:
+    """``"KEY?rpm=500&tpm=2000"`` -> ``("KEY", {"rpm": "500", "tpm": "2000"})``."""
+    if "?" not in argument:
+        return argument, None
+    argument, _, query = argument.partition("?")
+    fields: dict[str, str] = {}
+    for part in query.split("&"):
+        name, eq, value = part.partition("=")
+        if not eq or not name.strip():
+            raise ConfigError(
+                f"credential spec {spec!r}: budget part {part!r} must be field=value, e.g. ?rpm=500&tpm=200000",
+                spec=spec,
+            )
+        if name.strip() in fields:
+            raise ConfigError(f"credential spec {spec!r} gives {name.strip()!r} twice", spec=spec)
+        fields[name.strip()] = value
+    return argument, fields
+
+
+def _merge_budget(credential: Credential, fields: dict[str, str]) -> Budget:
+    given = Budget.parse(fields, credential=credential.name)
+    base = credential.budget or Budget()
+    return Budget(
+        rpm=given.rpm if given.rpm is not None else base.rpm,
+        tpm=given.tpm if given.tpm is not None else base.tpm,
+        tpd=given.tpd if given.tpd is not None else base.tpd,
+    )
+
+
 # -- the pool ---------------------------------------------------------------------
 _AVAILABLE, _COOLING, _PARKED, _DISABLED = "available", "cooling", "parked", "disabled"
 _SEVERITY = {_AVAILABLE: 0, _COOLING: 1, _PARKED: 2, _DISABLED: 3}
@@ -437,6 +472,9 @@ class CredentialPool:
                     name=credential.name,
                 )
             entries[credential.name] = _Entry(credential, i, credential.secret.fingerprint())
+            # Whatever path a key takes out (an API body echoed in an exception, a reason sent to the
+            # supervisor, a log line, a stored item error), the process-wide scrubber catches it.
+            register_secret(credential.secret.reveal())
         self._entries = entries
         self._shared = shared
         self._clock = clock
@@ -449,10 +487,15 @@ class CredentialPool:
         self._tick = 0
         self._refreshed_at = -math.inf
         self._changed: asyncio.Event | None = None
+        self._choosing = asyncio.Lock()
 
     @classmethod
     def from_specs(cls, specs: Sequence[str], *, manager: PluginManager, **kw: Any) -> CredentialPool:
         """A pool from provider specs such as ``"env:ANTHROPIC_API_KEY"`` (``scheme:argument``).
+
+        A spec may end in a budget for every key it yields:
+        ``env:OPENAI_API_KEY?rpm=500&tpm=200000`` (fields rpm, tpm, tpd; see
+        ``workhive.budgets``); bad values are a ``ConfigError`` naming the field.
 
         The scheme picks the ``workhive_credentials`` plugin; its factory gets
         the rest. Credentials with the same name from two specs are taken once.
@@ -468,8 +511,11 @@ class CredentialPool:
                     f"credential spec {spec!r} must be provider:argument, e.g. env:ANTHROPIC_API_KEY", spec=spec
                 )
             scheme, argument = spec.split(":", 1)
+            argument, budget = _split_budget(spec, argument)
             provider = manager.get("credentials", scheme.strip().lower()).factory(argument.strip())
             for credential in provider.credentials():
+                if budget is not None:  # the spec's budget overrides what the provider said
+                    credential = attrs.evolve(credential, budget=_merge_budget(credential, budget))
                 found.setdefault(credential.name, credential)
         if not found:
             raise CredentialError(
@@ -480,6 +526,10 @@ class CredentialPool:
         return cls(list(found.values()), **kw)
 
     # -- inspection -------------------------------------------------------------
+    def credentials(self) -> list[Credential]:
+        """The credentials, in the order given."""
+        return [e.credential for e in self._entries.values()]
+
     @property
     def names(self) -> list[str]:
         """The credentials' names, in the order given."""
@@ -571,13 +621,23 @@ class CredentialPool:
             self._changed.set()
             self._changed = None
 
-    async def acquire(self, *, timeout: float | None = None) -> Credential:
+    async def acquire(
+        self,
+        *,
+        timeout: float | None = None,
+        choose: Callable[[list[Credential]], Awaitable[tuple[int | None, float]]] | None = None,
+    ) -> Credential:
         """The least recently used available credential; waits while all are cooling or busy.
 
         ``timeout`` bounds the wait (None: until one frees up; 0: do not wait).
         Raises ``NoCredentialAvailable`` at once when every credential is
         disabled or none frees up within the timeout, saying when one will.
         Pair every acquire with ``release``.
+
+        ``choose`` (the fleet's rate budgets) picks among the usable credentials,
+        given least recently used first: it returns ``(index, 0)``, or
+        ``(None, seconds)`` when none may go yet (the pool waits that long, within
+        ``timeout``, and asks again). Choices are made one at a time per pool.
         """
         if timeout is not None:
             timeout = check_nonnegative("timeout", timeout)
@@ -592,7 +652,23 @@ class CredentialPool:
                 and (e.credential.max_concurrency is None or e.in_flight < e.credential.max_concurrency)
             ]
             if ready:
-                entry = min(ready, key=lambda e: (e.last_used, e.order))
+                ready.sort(key=lambda e: (e.last_used, e.order))
+                entry = ready[0]
+                if choose is not None:
+                    async with self._choosing:
+                        # Another worker may have taken a slot while this one waited for the lock.
+                        ready = [e for e in ready if e.in_flight < (e.credential.max_concurrency or math.inf)]
+                        if not ready:
+                            continue
+                        index, later = await choose([e.credential for e in ready])
+                    if index is None:
+                        if deadline is not None and now + later > deadline:
+                            self._raise_none_available(now, now + later)
+                        # Not _wait: a release frees no budget, and waking every waiter on each one
+                        # would turn the wait into a storm of storage calls.
+                        await self._sleep(max(later, 0.001))
+                        continue
+                    entry = ready[index]
                 if entry.state != _AVAILABLE:  # a cooldown that ran out
                     entry.state, entry.until, entry.reason = _AVAILABLE, None, None
                 self._tick += 1

@@ -11,15 +11,19 @@ The tree, so a caller can see at a glance what there is to catch::
     │   └── PluginValidationError           a hook returned something malformed
     ├── InvalidArgument (ValueError)        a bad value passed to the API
     │   ├── InvalidItem                     payload/result is not JSON-serialisable
+    │   ├── BudgetUnsatisfiable             a call's token estimate can never fit the key's budget
     │   └── InvalidName                     pool, worker or lock name is not allowed
     ├── NotFound (LookupError)
     │   ├── PoolNotFound
     │   ├── ItemNotFound
-    │   └── WorkerNotFound
+    │   ├── WorkerNotFound
+    │   └── HiveNotFound                    a read-only command found no hive at that URL
     ├── LeaseLost                           stale fencing token: the claim is gone
     ├── WorkerLost                          this worker was reaped; it must stop
     ├── StorageError                        the backend itself failed
     │   ├── StorageUnavailable (ConnectionError)
+    │   │   └── OutcomeUnknown              the connection dropped mid-call: applied once or not at all
+    │   ├── StorageCorrupt                  the store's data is damaged
     │   └── SchemaVersionError              data written by a newer workhive
     ├── LockError
     │   ├── LockTimeout (TimeoutError)      names the current holder
@@ -42,6 +46,7 @@ from typing import Any
 
 __all__ = [
     "AuthFailed",
+    "BudgetUnsatisfiable",
     "ConfigError",
     "CredentialError",
     "HandlerSignal",
@@ -120,6 +125,10 @@ class InvalidItem(InvalidArgument):
     """Item data must be JSON-serialisable (dict, list, str, int, float, bool, None)."""
 
 
+class BudgetUnsatisfiable(InvalidArgument):
+    """A call's token estimate is larger than the key's per-minute (or per-day) budget: it could never go."""
+
+
 class InvalidName(InvalidArgument):
     """Names must be 1-200 characters of letters, digits and . _ : - (starting with a letter or digit)."""
 
@@ -140,6 +149,10 @@ class WorkerNotFound(NotFound):
     """No worker with that id is registered."""
 
 
+class HiveNotFound(NotFound):
+    """No hive exists at that storage URL; check the URL, or push to it first (reading never creates one)."""
+
+
 class LeaseLost(WorkhiveError):
     """This claim is no longer valid (its lease expired or the item moved on); drop the item, do not retry the call."""
 
@@ -154,6 +167,17 @@ class StorageError(WorkhiveError):
 
 class StorageUnavailable(StorageError, ConnectionError):
     """The storage backend cannot be reached or opened."""
+
+
+class OutcomeUnknown(StorageUnavailable):
+    """The connection dropped while the call was in flight: it was applied once or not at all.
+
+    Retrying is safe for claims' fenced calls (a stale token is refused); check the item to learn which.
+    """
+
+
+class StorageCorrupt(StorageError):
+    """The store's data is damaged; move the file aside and restore it from a backup."""
 
 
 class SchemaVersionError(StorageError):

@@ -9,13 +9,12 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
-from workhive.backoff import BackoffStrategy
-from workhive.errors import ConfigError
+from workhive.backoff import BackoffStrategy, from_spec
 from workhive.locks import HeldLock, LockProvider
 from workhive.plugin_manager import PluginManager, default_manager
 from workhive.pool import Pool
 from workhive.shared_state import SharedState
-from workhive.storage import StorageBackend
+from workhive.storage import StorageBackend, check_backend
 from workhive.urls import parse_spec, scheme_of
 from workhive.validation import check_count, check_name, check_positive
 from workhive.workers import Workers
@@ -25,13 +24,6 @@ __all__ = ["DEFAULT_LOCKS", "DEFAULT_STORAGE", "Hive", "open"]
 DEFAULT_STORAGE = "sqlite:///.workhive/hive.db"
 DEFAULT_LOCKS = "fcntl:///.workhive/locks"
 DEFAULT_BACKOFF = "full-jitter"
-
-
-def _number(spec: str, key: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise ConfigError(f"parameter {key}={value!r} of {spec!r} must be a number") from None
 
 
 class Hive:
@@ -57,6 +49,7 @@ class Hive:
         reap_after: float = 60.0,
         storage_url: str | None = None,
     ) -> None:
+        check_backend(storage)  # every gap named now, not one at a time on first use
         self.manager = manager if manager is not None else default_manager()
         self.storage = storage
         self.storage_url = storage_url
@@ -73,13 +66,7 @@ class Hive:
 
     def _backoff(self, spec: str) -> BackoffStrategy:
         name, params = parse_spec(spec)
-        plugin = self.manager.get("backoff", name)
-        try:
-            # Spec keys are written with dashes (max-attempts=5); factories take Python keywords.
-            kwargs = {k.replace("-", "_"): _number(spec, k, v) for k, v in params.items()}
-            return plugin.factory(**kwargs)  # type: ignore[no-any-return]
-        except TypeError as exc:
-            raise ConfigError(f"backoff strategy {spec!r}: {exc}") from None
+        return from_spec(self.manager.get("backoff", name), spec, params)
 
     # -- lifecycle ----------------------------------------------------------
     async def open(self) -> Hive:

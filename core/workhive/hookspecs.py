@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    import click
+
     from workhive.models import ReapedWorker, WorkItem
     from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
 
@@ -125,6 +127,37 @@ def workhive_credentials() -> CredentialsPlugin | Iterable[CredentialsPlugin]:
             return workhive.CredentialsPlugin(name="file", factory=FromFile, description="one key per line")
 
     Selected with ``credentials=["file:/run/secrets/keys"]``.
+    """
+
+
+@hookspec
+def workhive_cli_commands() -> click.Command | Iterable[click.Command]:
+    """Add commands to the ``workhive`` CLI (click commands or groups).
+
+    Called when the CLI meets a command name that is not built in, or lists
+    its commands; a name that is built in, or that two plugins both add, is
+    refused. Import heavy modules inside the command, not at module level:
+    the CLI imports every plugin at start-up. A complete plugin::
+
+        import click
+        import workhive
+
+        @click.command("hello")
+        @click.argument("pool")
+        @click.pass_obj
+        def hello(cli, pool):
+            "Push a greeting to POOL."
+            async def push():
+                async with cli.hive() as hive:
+                    return await hive.pool(pool).push({"hello": "world"})
+            click.echo(cli.run(push))
+
+        @workhive.hookimpl
+        def workhive_cli_commands():
+            return [hello]
+
+    ``workhive hello emails`` then runs it; ``cli`` is the CLI's context
+    (its ``hive()`` opens the configured storage, ``run()`` runs a coroutine).
     """
 
 

@@ -106,8 +106,10 @@ class Ack:
 class WorkItem:
     """A stored item as a backend reports it.
 
+    ``id`` has the shape documented in ``workhive.ids`` on every backend.
     ``token`` is the fencing token: it rises with every claim of the item, and
-    complete/fail/extend/release must present the one their claim returned.
+    complete/fail/extend/release must present the one their claim returned
+    (``receipt`` carries both in one string).
     Times are seconds since the epoch on the backend's clock.
     """
 
@@ -129,6 +131,15 @@ class WorkItem:
     result_payload: str | None = None
     finished_at: float | None = None
     releases: int = 0
+
+    @property
+    def receipt(self) -> str:
+        """This claim in one string (item id + fencing token), accepted wherever the claimed item is.
+
+        >>> item.receipt  # doctest: +SKIP
+        'i000000000000002a.3'
+        """
+        return f"{self.id}.{self.token}"
 
     @cached_property
     def data(self) -> Any:

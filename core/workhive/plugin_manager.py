@@ -206,7 +206,7 @@ class PluginManager:
             self._descriptors[kind] = by_name
             self._by_scheme[kind] = by_scheme
 
-    def _descriptors_of(self, result: object, cls: type, plugin_name: str) -> list[Any]:
+    def _descriptors_of(self, result: object, cls: type, plugin_name: str, label: str | None = None) -> list[Any]:
         if result is None:
             return []
         items = [result] if isinstance(result, cls) else result
@@ -219,7 +219,7 @@ class PluginManager:
                 dist = self._dist.get(plugin_name, ("?", "?"))
                 raise PluginValidationError(
                     f"plugin {plugin_name!r} ({dist[0]} {dist[1]}) returned {item!r} from its "
-                    f"{cls.__name__} hook; expected workhive.{cls.__name__} instances",
+                    f"{cls.__name__} hook; expected {label or 'workhive.' + cls.__name__} instances",
                     plugin=plugin_name,
                 )
         return items
@@ -237,6 +237,33 @@ class PluginManager:
     def names(self, kind: str) -> list[str]:
         """Names of the descriptors of ``kind`` (storage, locks, backoff, credentials)."""
         return sorted(self._descriptors[kind])
+
+    def cli_commands(self) -> dict[str, Any]:
+        """The click commands plugins add to the CLI (``workhive_cli_commands``), by name.
+
+        A hook that returns something other than click commands is a
+        ``PluginValidationError``; two plugins adding one name a ``PluginConflict``.
+        """
+        import click
+
+        found: dict[str, Any] = {}
+        owner: dict[str, str] = {}
+        for impl in self._pm.hook.workhive_cli_commands.get_hookimpls():
+            plugin_name = impl.plugin_name
+            for command in self._descriptors_of(impl.function(), click.Command, plugin_name, "click.Command"):
+                name = command.name
+                if name in owner:
+                    a, b = self._dist[owner[name]], self._dist[plugin_name]
+                    raise PluginConflict(
+                        f"two plugins add the command {name!r}: {owner[name]!r} from {a[0]} {a[1]} and "
+                        f"{plugin_name!r} from {b[0]} {b[1]}; uninstall one, or block it with "
+                        f"WORKHIVE_DISABLE_PLUGINS={plugin_name}",
+                        kind="command",
+                        name=name,
+                    )
+                owner[name] = plugin_name
+                found[name] = command
+        return found
 
     def get(self, kind: str, name_or_scheme: str) -> Any:
         """The descriptor of ``kind`` with that name or URL scheme, or PluginNotFound listing the alternatives."""

@@ -8,13 +8,22 @@ explanation. Backends never see unvalidated input.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
+from workhive.ids import parse_receipt
 from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, WorkItem
+from workhive.redaction import scrub
 from workhive.storage import CompletesAndClaims
-from workhive.validation import check_count, check_nonnegative, check_positive, to_json
+from workhive.validation import (
+    check_count,
+    check_dedup_key,
+    check_nonnegative,
+    check_positive,
+    printable_text,
+    to_json,
+)
 
 if TYPE_CHECKING:
     from workhive.hive import Hive
@@ -23,16 +32,60 @@ __all__ = ["Pool"]
 
 MAX_ERROR_CHARS = 20_000
 
+# No backend hands out item numbers or fencing tokens at or past 2**63 (they are
+# signed 64-bit columns in SQLite and PostgreSQL): a receipt beyond is not one
+# workhive issued, and must not reach a driver that cannot even bind it.
+_LIMIT = 2**63
+
 
 def error_text(error: BaseException | str) -> str:
-    """The text kept with a failed item: ``Type: message``, capped in size."""
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    """The text kept with a failed item: ``Type: message``, capped in size, always storable.
+
+    A lone surrogate (text that is not valid Unicode) is kept as its escape
+    (``\\ud800``): refusing the text would leave the failure unrecorded. Every
+    secret the process holds is scrubbed out (``workhive.redaction``).
+    """
+    text = scrub(printable_text(error if isinstance(error, str) else f"{type(error).__name__}: {error}"))
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 15] + "… [truncated]"
 
 
-def _ack(item: WorkItem, result: Any) -> Ack:
-    """The completion of ``item``'s claim, with ``result`` encoded (InvalidItem if it cannot be)."""
-    return Ack(item.id, item.token, None if result is None else to_json(result, "result"))
+def _claim_of(claim: WorkItem | str) -> tuple[str, int]:
+    """(item id, fencing token) of a claimed item or a receipt; ``InvalidArgument`` for anything else."""
+    if isinstance(claim, WorkItem):
+        return claim.id, claim.token
+    item_id, token = parse_receipt(claim)
+    if token >= _LIMIT or int(item_id[1:], 16) >= _LIMIT:
+        raise InvalidArgument(
+            f"receipt {claim!r} was not issued by workhive: item numbers and fencing tokens stay below 2**63",
+            value=claim,
+        )
+    return item_id, token
+
+
+def _ack(claim: WorkItem | str, result: Any) -> Ack:
+    """The completion of a claim, with ``result`` encoded (InvalidItem if it cannot be)."""
+    if claim.__class__ is WorkItem:  # the worker loop's case, without a call
+        item_id, token = claim.id, claim.token  # type: ignore[union-attr]
+    else:
+        item_id, token = _claim_of(claim)
+    return Ack(item_id, token, None if result is None else to_json(result, "result"))
+
+
+def _listing(entries: list[str], shown: int = 10) -> str:
+    more = len(entries) - shown
+    return ", ".join(entries[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _refuse_scalar_batch(items: object, what: str) -> None:
+    """A string, bytes or mapping where a batch belongs is a mistake, not a batch of its characters or keys."""
+    if isinstance(items, (str, bytes, bytearray, memoryview, Mapping)):
+        kind = type(items).__name__
+        raise InvalidArgument(
+            f"{what} takes a list (or other iterable) of items, got a {kind}: iterating it would give its "
+            f"{'keys' if isinstance(items, Mapping) else 'characters' if isinstance(items, str) else 'bytes'}; "
+            "wrap it in a list to mean one item",
+            value=items,
+        )
 
 
 class Pool:
@@ -82,8 +135,8 @@ class Pool:
         if delay != 0:
             check_nonnegative("delay", delay)
         attempts = self._hive.max_attempts if max_attempts is None else check_count("max_attempts", max_attempts)
-        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key or len(dedup_key) > 1000):
-            raise InvalidArgument(f"dedup_key must be a non-empty string of at most 1000 characters, got {dedup_key!r}")
+        if dedup_key is not None:
+            check_dedup_key(dedup_key)
         return NewItem(payload, priority, float(delay), attempts, dedup_key)
 
     async def push(
@@ -107,7 +160,16 @@ class Pool:
         """Add many items in one backend call; each is plain data or a ``Job`` with its options.
 
         Every item is validated before anything is written: one bad item and none are pushed.
+        A string, bytes or a mapping is refused (``InvalidArgument``): iterating one
+        would push its characters or keys.
         """
+        _refuse_scalar_batch(items, "push_many")
+        try:
+            items = iter(items)
+        except TypeError:
+            raise InvalidArgument(
+                f"push_many takes a list (or other iterable) of items, got a {type(items).__name__}", value=items
+            ) from None
         # Plain data takes the defaults, so skip the option checks it cannot fail.
         attempts = self._hive.max_attempts
         new = [
@@ -146,16 +208,25 @@ class Pool:
                 hook(pool=self.name, item=item, worker_id=wid)
         return items
 
-    async def complete(self, item: WorkItem, result: Any = None) -> None:
-        """Mark a claimed item done and keep ``result``; ``LeaseLost`` if the claim is stale."""
+    async def complete(self, item: WorkItem | str, result: Any = None) -> None:
+        """Mark a claimed item done and keep ``result``; ``LeaseLost`` if the claim is stale.
+
+        ``item`` is the claimed ``WorkItem`` or its receipt (``item.receipt``), so a
+        claim can be finished by another process that was handed only the string.
+
+        >>> await pool.complete(item.receipt, {"summary": "..."})  # doctest: +SKIP
+        """
         ack = _ack(item, result)
-        if not (await self._backend.complete(self.name, (ack,)))[0]:
-            raise await self._lease_lost(item, "complete")
+        claimed: WorkItem | None = None
         if self._ev_completed:
-            self._hive.manager.hook.workhive_item_completed(pool=self.name, item=item)
+            claimed = item if isinstance(item, WorkItem) else await self._read_claimed(ack.item_id, ack.token)
+        if not (await self._backend.complete(self.name, (ack,)))[0]:
+            raise await self._lease_lost(ack.item_id, ack.token, "complete")
+        if claimed is not None:
+            self._hive.manager.hook.workhive_item_completed(pool=self.name, item=claimed)
 
     async def complete_and_claim(
-        self, item: WorkItem, result: Any = None, worker_id: str | None = None, *, lease: float | None = None
+        self, item: WorkItem | str, result: Any = None, worker_id: str | None = None, *, lease: float | None = None
     ) -> WorkItem | None:
         """Complete ``item`` (keeping ``result``) and claim the next item, or None when none is ready.
 
@@ -164,6 +235,7 @@ class Pool:
         do the two in turn. The new item has its own lease and fencing token,
         exactly as from ``claim``. A stale claim raises ``LeaseLost`` and
         claims nothing; the completion stands even when nothing is left.
+        ``item`` may be a receipt, as for ``complete``.
 
         >>> async def work(pool):  # doctest: +SKIP
         ...     item = await pool.claim("w1")
@@ -173,6 +245,9 @@ class Pool:
         ack = _ack(item, result)
         lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
         wid = self._hive.anonymous_worker_id if worker_id is None else worker_id
+        claimed: WorkItem | None = None
+        if self._ev_completed:
+            claimed = item if isinstance(item, WorkItem) else await self._read_claimed(ack.item_id, ack.token)
         fused = self._fused
         items: list[WorkItem] | None = None
         if fused is not None:
@@ -180,9 +255,9 @@ class Pool:
         else:
             accepted = (await self._backend.complete(self.name, (ack,)))[0]
         if not accepted:
-            raise await self._lease_lost(item, "complete")
-        if self._ev_completed:
-            self._hive.manager.hook.workhive_item_completed(pool=self.name, item=item)
+            raise await self._lease_lost(ack.item_id, ack.token, "complete")
+        if claimed is not None:
+            self._hive.manager.hook.workhive_item_completed(pool=self.name, item=claimed)
         if items is None:
             # Composed: the completion is already committed (and reported) if this claim fails.
             items = await self._backend.claim(self.name, wid, 1, lease_s)
@@ -192,26 +267,35 @@ class Pool:
             self._hive.manager.hook.workhive_item_claimed(pool=self.name, item=items[0], worker_id=wid)
         return items[0]
 
-    async def complete_many(self, done: Sequence[tuple[WorkItem, Any]]) -> list[bool]:
+    async def complete_many(self, done: Sequence[tuple[WorkItem | str, Any]]) -> list[bool]:
         """Complete many claims in one backend call (batched acks).
 
-        Returns, per item, whether it was accepted; a stale claim is ``False``
-        rather than an exception, so one lost lease does not undo the batch.
+        Each entry is ``(claimed item or receipt, result)``. Returns, per item,
+        whether it was accepted; a stale claim is ``False`` rather than an
+        exception, so one lost lease does not undo the batch.
         """
         acks = [_ack(i, r) for i, r in done]
         if not acks:
             return []
+        claimed = (
+            [
+                i if isinstance(i, WorkItem) else await self._read_claimed(a.item_id, a.token)
+                for (i, _), a in zip(done, acks)
+            ]
+            if self._ev_completed
+            else []
+        )
         accepted = await self._backend.complete(self.name, acks)
-        if self._ev_completed:
+        if claimed:
             hook = self._hive.manager.hook.workhive_item_completed
-            for (item, _), ok in zip(done, accepted):
-                if ok:
+            for item, ok in zip(claimed, accepted):
+                if ok and item is not None:
                     hook(pool=self.name, item=item)
         return accepted
 
     async def fail(
         self,
-        item: WorkItem,
+        item: WorkItem | str,
         error: BaseException | str,
         *,
         retry_in: float | None = None,
@@ -221,48 +305,73 @@ class Pool:
         """Record a failure: retry later, or poison when attempts are spent (or ``poison=True``).
 
         The delay is ``retry_in`` if given, else the hive's backoff strategy for
-        ``item.attempts`` (honouring a server's ``retry_after``). Returns the new
-        state (PENDING or POISONED).
+        the claim's attempts (honouring a server's ``retry_after``). Returns the
+        new state (PENDING or POISONED). ``item`` may be a receipt; then the
+        item is read first when the backoff needs its attempts or a hook listens.
+        The error text is kept as printable text (see ``error_text``).
         """
+        item_id, token = _claim_of(item)
         text = error_text(error)
+        if retry_in is not None:
+            retry_in = check_nonnegative("retry_in", retry_in)
+        claimed: WorkItem | None = None
+        if isinstance(item, WorkItem):
+            claimed = item
+        elif retry_in is None or self._ev_failed or self._ev_poisoned:
+            claimed = await self._read_claimed(item_id, token)
         if retry_in is None:
-            delay = self._hive.backoff.delay(item.attempts, retry_after)
+            # A stale receipt has no attempts to go by: the backend refuses it below anyway.
+            delay = 0.0 if claimed is None else self._hive.backoff.delay(claimed.attempts, retry_after)
         else:
-            delay = check_nonnegative("retry_in", retry_in)
+            delay = retry_in
         delay = 0.0 if not math.isfinite(delay) or delay < 0 else delay
-        state = await self._backend.fail(self.name, item.id, item.token, text, delay, poison)
+        state = await self._backend.fail(self.name, item_id, token, text, delay, poison)
         if state is None:
-            raise await self._lease_lost(item, "fail")
-        if state is ItemState.POISONED:
+            raise await self._lease_lost(item_id, token, "fail")
+        if claimed is None:
+            pass
+        elif state is ItemState.POISONED:
             if self._ev_poisoned:
-                self._hive.manager.hook.workhive_item_poisoned(pool=self.name, item=item, error=text)
+                self._hive.manager.hook.workhive_item_poisoned(pool=self.name, item=claimed, error=text)
         elif self._ev_failed:
-            self._hive.manager.hook.workhive_item_failed(pool=self.name, item=item, error=text, retry_in=delay)
+            self._hive.manager.hook.workhive_item_failed(pool=self.name, item=claimed, error=text, retry_in=delay)
         return state
 
-    async def release(self, item: WorkItem, *, delay: float = 0.0) -> None:
-        """Give a claimed item back without spending its attempt (shutdown, rate limit)."""
-        if not await self._backend.release(self.name, item.id, item.token, check_nonnegative("delay", delay)):
-            raise await self._lease_lost(item, "release")
+    async def release(self, item: WorkItem | str, *, delay: float = 0.0) -> None:
+        """Give a claimed item (or its receipt) back without spending its attempt (shutdown, rate limit)."""
+        item_id, token = _claim_of(item)
+        if not await self._backend.release(self.name, item_id, token, check_nonnegative("delay", delay)):
+            raise await self._lease_lost(item_id, token, "release")
 
-    async def extend(self, item: WorkItem, lease: float | None = None) -> float:
-        """Extend a claim's lease to ``lease`` seconds from now; returns the new expiry time."""
+    async def extend(self, item: WorkItem | str, lease: float | None = None) -> float:
+        """Extend a claim's lease (item or receipt) to ``lease`` seconds from now; returns the new expiry time."""
+        item_id, token = _claim_of(item)
         lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
-        expiry = await self._backend.extend(self.name, item.id, item.token, lease_s)
+        expiry = await self._backend.extend(self.name, item_id, token, lease_s)
         if expiry is None:
-            raise await self._lease_lost(item, "extend")
+            raise await self._lease_lost(item_id, token, "extend")
         return expiry
 
-    async def _lease_lost(self, item: WorkItem, action: str) -> LeaseLost:
-        now_item = await self._backend.get(self.name, item.id)
-        prefix = f"cannot {action} item {item.id} of pool {self.name!r} with token {item.token}: "
+    async def _read_claimed(self, item_id: str, token: int) -> WorkItem | None:
+        """The item a receipt names, for an event or the backoff, read before the change.
+
+        Read before, so a hook sees the item as claimed, as it does when given a
+        ``WorkItem``. None when the receipt is already stale: tokens only rise, so
+        the backend refuses the change and no event fires.
+        """
+        current = await self._backend.get(self.name, item_id)
+        return current if current is not None and current.token == token else None
+
+    async def _lease_lost(self, item_id: str, token: int, action: str) -> LeaseLost:
+        now_item = await self._backend.get(self.name, item_id)
+        prefix = f"cannot {action} item {item_id} of pool {self.name!r} with token {token}: "
         if now_item is None:
-            why = "the item no longer exists (purged?)"
+            why = f"the item no longer exists in pool {self.name!r} (purged, or the claim came from another pool?)"
         elif now_item.state is ItemState.DONE:
             why = "it was completed already"
         elif now_item.state is ItemState.POISONED:
             why = "it is poisoned (dead-lettered)"
-        elif now_item.token != item.token:
+        elif now_item.token != token:
             why = (
                 f"it was claimed again since (token {now_item.token}, worker {now_item.claimed_by}) "
                 "after this claim's lease expired or was released"
@@ -273,8 +382,8 @@ class Pool:
             why = f"the lease expired at {now_item.lease_expires_at}"
         return LeaseLost(
             prefix + why + "; drop it, another claim will handle it",
-            item_id=item.id,
-            token=item.token,
+            item_id=item_id,
+            token=token,
             current=now_item,
         )
 
@@ -311,9 +420,46 @@ class Pool:
         return await self.items(ItemState.POISONED, limit=limit, offset=offset)
 
     async def requeue(self, item_ids: Iterable[str] | None = None) -> int:
-        """Move poisoned items (these ids, or all) back to pending with fresh attempts; returns the count."""
-        ids = None if item_ids is None else [str(i) for i in item_ids]
-        return await self._backend.requeue(self.name, ids)
+        """Move poisoned items (these ids, or all) back to pending with fresh attempts; returns the count.
+
+        Every id is checked first: one that names no item of this pool raises
+        ``ItemNotFound``, one that is not poisoned ``InvalidArgument``, each naming
+        the ids, and nothing is requeued. (Another process may requeue or purge
+        one of them between the check and the requeue; the count says what moved.)
+
+        >>> await pool.requeue([item.id for item in await pool.dead()])  # doctest: +SKIP
+        3
+        """
+        if item_ids is None:
+            return await self._backend.requeue(self.name, None)
+        _refuse_scalar_batch(item_ids, "requeue")
+        ids = list(item_ids)
+        for item_id in ids:
+            if not isinstance(item_id, str):
+                raise InvalidArgument(f"item ids are strings, got {item_id!r} in {ids!r}", value=item_id)
+        ids = list(dict.fromkeys(ids))  # a repeated id counts once
+        unknown: list[str] = []
+        not_poisoned: list[str] = []
+        for item_id in ids:
+            item = await self._backend.get(self.name, item_id)
+            if item is None:
+                unknown.append(item_id)
+            elif item.state is not ItemState.POISONED:
+                not_poisoned.append(f"{item_id} is {item.state.value}")
+        if unknown:
+            raise ItemNotFound(
+                f"no item {_listing([repr(i) for i in unknown])} in pool {self.name!r}; nothing was requeued",
+                item_id=unknown[0],
+                item_ids=unknown,
+                pool=self.name,
+            )
+        if not_poisoned:
+            raise InvalidArgument(
+                f"only poisoned items can be requeued: in pool {self.name!r} item {_listing(not_poisoned)}; "
+                "nothing was requeued",
+                item_ids=[entry.split(" ", 1)[0] for entry in not_poisoned],
+            )
+        return await self._backend.requeue(self.name, ids) if ids else 0
 
     async def release_by_worker(self, worker_id: str, *, spend_attempt: bool = True) -> int:
         """Release every item ``worker_id`` holds in this pool; returns the count."""

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the rule table below is wider than code lines; it reads best unwrapped)
 """The storage contract: what a backend must do, and nothing about how.
 
 A backend is any object with these async methods. The ``Hive`` facade does
@@ -7,78 +8,161 @@ protocol small enough for SQLite, PostgreSQL (``FOR UPDATE SKIP LOCKED``,
 batched acks through ``complete`` taking many, ``LISTEN/NOTIFY`` behind
 ``wait_for_work``) and Redis (Lua scripts per call) alike.
 
-Semantics every backend honours (``workhive.testing`` checks each one):
+Every rule below is checked by ``workhive.testing`` (``StorageContract``;
+test names without their ``test_`` prefix; [model] = ``StorageStatefulContract``,
+which runs on every backend). Work down the table; each rule has an id the
+tests cite in their docstrings.
 
-Items
-  * ``push`` stores items as PENDING with ``available_at = now + delay`` and
-    returns their ids in order. With a ``dedup_key``, if the pool already has
-    a PENDING or CLAIMED item with that key, no item is created and that
-    item's id is returned instead (also within one batch).
-  * ``claim`` atomically takes up to ``limit`` claimable items, ordered by
-    priority (higher first), then ``available_at``, then insertion order.
-    Claimable means PENDING with ``available_at <= now``, or CLAIMED with
-    ``lease_expires_at <= now`` (an expired lease; it counts as available at
-    its expiry time). Each claimed item gets ``state=CLAIMED``,
-    ``claimed_by=worker_id``, ``attempts += 1``, ``token`` set to a value
-    higher than any token the item had before, ``lease_seconds=lease`` and
-    ``lease_expires_at = now + lease``. One item is never held by two
-    unexpired leases, across processes and machines.
-  * An expired lease whose item has ``attempts >= max_attempts`` is not
-    claimed again: the item becomes POISONED with an error saying the lease
-    expired (the backend may do this lazily, but before it would be claimed).
-  * ``complete``, ``fail``, ``extend`` and ``release`` act only if the item is
-    CLAIMED, its token equals the one given, and its lease has not expired;
-    otherwise they change nothing and report failure (``False``/``None``),
-    and the facade raises ``LeaseLost`` with an explanation.
-  * ``complete`` sets DONE, keeps ``result`` and ``finished_at``; clears the lease.
-  * ``fail`` keeps ``error``; if ``poison`` or ``attempts >= max_attempts``
-    the item becomes POISONED (``finished_at`` set), else PENDING with
-    ``available_at = now + retry_in``. Returns the new state.
-  * ``release`` puts the item back to PENDING with ``available_at = now +
-    delay`` and gives the attempt back (``attempts -= 1``,
-    ``releases += 1``): for shutdowns and rate limits, not failures.
-  * ``extend`` sets ``lease_expires_at = now + lease`` and returns it.
-  * ``release_by_worker`` puts every item CLAIMED by the worker (in one pool,
-    or all pools when ``pool`` is None) back to PENDING, available now. With
-    ``spend_attempt`` the attempt stays counted and exhausted items become
-    POISONED; without, it is refunded as in ``release``. Returns the count.
-  * ``requeue`` moves POISONED items (the given ids, or all when None) back to
-    PENDING, available now, with ``attempts = 0`` and the error kept.
-  * ``purge`` deletes DONE/POISONED items finished more than ``older_than``
-    seconds ago; retention is the caller's policy.
-  * Optional: ``complete_and_claim`` (see ``CompletesAndClaims``) does
-    ``complete(pool, [ack])`` and, if and only if that ack was accepted,
-    ``claim(pool, worker_id, limit, lease)``, atomically (one transaction or
-    script): a worker loop then costs one write per item instead of two.
-    Returns ``(accepted, claimed)``; a refused ack claims nothing and changes
-    nothing. Backends without it keep working: the facade falls back to
-    ``complete`` then ``claim``.
+Times are the backend's (``await now()``), never the caller's. "Live" means
+PENDING or CLAIMED. The facade validates every argument first, so a backend
+sees only valid input.
 
-Workers
-  * ``register_worker`` inserts or replaces the record: status STARTING,
-    ``registered_at = last_heartbeat = now``.
-  * ``heartbeat`` sets ``last_heartbeat = now`` and extends every unexpired
-    lease the worker holds in every pool by that item's ``lease_seconds``.
-    A LOST worker's heartbeat raises ``WorkerLost``; an unknown one
-    ``WorkerNotFound``. Returns the updated record.
-  * ``reap`` finds workers not LOST or STOPPED whose heartbeat is older than
-    ``threshold`` seconds, and for each, atomically, marks it LOST and does
-    ``release_by_worker(None, id, spend_attempt=True)``.
+==========================  ====  ==========================================================  =========================================
+method                      id    rule                                                        checked by
+==========================  ====  ==========================================================  =========================================
+factory (plugin)            F1    ``factory(url, *, create=True, clock=None, ...)``: with      create_false_opens_only_an_existing_hive
+                                  ``create=False`` a hive that does not exist raises
+                                  ``HiveNotFound`` naming the place (never a secret) and
+                                  creates nothing (no file, directory, schema or key); an
+                                  existing one opens. Unknown options: ``ConfigError``        (unknown options: each plugin's own tests)
+                                  naming them.
+factory (plugin)            F2    Embedded backends take ``clock=`` (a callable returning     every test (ManualClock), [model]
+                                  seconds); server backends take ``clock_offset=`` (a
+                                  callable; seconds added to every server time they read).
+                                  The suite passes ``ManualClock`` / ``clock.offset``; a
+                                  server backend's subclasses set ``clock_drift``.
+factory (plugin)            F3    URLs: ``scheme:///relative/path`` is relative to the        (sqlite's own tests)
+                                  current directory, ``scheme:////absolute/path`` absolute;
+                                  options after ``?``; malformed: ``ConfigError`` saying the
+                                  expected form.
+any                         F4    ``StorageUnavailable``: the store cannot be reached or      (each backend's own tests)
+                                  opened (``OutcomeUnknown`` if a write may or may not have
+                                  been applied); ``StorageCorrupt``/``SchemaVersionError``:
+                                  data not understood; other ``StorageError``: any other
+                                  storage failure. Never a driver's own exception.
+Hive()                      F5    every method below exists and is ``async def``;            (core: test_backend_check)
+                                  ``capabilities`` is a frozenset of str
+                                  (``"notify"``, ``"multiprocess"``).
+push                        P1    new items PENDING, ``attempts=0``, ``available_at =         push_stores_a_pending_item,
+                                  now + delay``, ids returned in order.                       delayed_item_waits_for_its_time
+push                        P2    ids have the ``workhive.ids`` shape and are unique across    item_ids_have_the_documented_shape...,
+                                  every pool of the hive, never reused (not after purge).     [model]
+push                        P3    ``dedup_key``: if a live item of the pool holds the key,     dedup_key_returns_the_live_item,
+                                  no item is made and its id is returned (within a batch      dedup_within_one_batch,
+                                  too); DONE/POISONED items free their key.                   dedup_key_of_a_poisoned_item_is_free, [model]
+claim                       C1    takes up to ``limit`` claimable items: PENDING with         claim_order_is_priority_then_fifo,
+                                  ``available_at <= now``, or CLAIMED with an expired lease   available_at_orders_items_of_equal_priority,
+                                  and attempts left; order: priority (higher first), then     priority_beats_an_earlier_available_at,
+                                  when it became available, then push order.                  push_many_and_claim_many, [model]
+claim                       C2    each: CLAIMED, ``claimed_by``, ``attempts += 1``, token     claim_takes_a_lease_and_a_token,
+                                  above any it had, ``lease_seconds = lease``,                expired_lease_is_claimable_again...
+                                  ``lease_expires_at = now + lease``; ``available_at`` kept.
+claim                       C3    one item is never under two unexpired leases, across        claim_is_atomic_under_concurrent_tasks,
+                                  tasks, processes and machines.                              several_processes_drain_one_pool (M1)
+claim                       C4    each returned item equals a later ``get`` field for field.  claimed_items_equal_a_later_get...
+any settling call           A1    complete/fail/extend/release act only on a CLAIMED item of  stale_token_is_rejected..., a_lease_ends_exactly_at_its_expiry,
+                                  *that pool* whose token matches and whose lease has not     a_forged_token_is_rejected,
+                                  expired (``lease_expires_at > now``); otherwise they        a_forged_token_cannot_release_or_extend,
+                                  change nothing and return ``False``/``None`` (the facade    an_expired_lease_cannot_complete,
+                                  raises ``LeaseLost``).                                      an_expired_claim_cannot_fail_or_release,
+                                                                                              acting_through_another_pool..., [model]
+complete                    D1    DONE, ``result`` and ``finished_at = now`` kept,            complete_keeps_the_result...,
+                                  ``claimed_by`` kept, lease fields cleared; per-ack          complete_many_accepts_valid_and_refuses_stale
+                                  answers in a batch.
+fail                        D2    ``error`` kept; POISONED (``finished_at = now``) if          attempts_count_per_claim...,
+                                  ``poison`` or ``attempts >= max_attempts``, else PENDING    fail_schedules_a_retry_after_the_delay,
+                                  at ``now + retry_in``; returns the new state.               fail_with_poison_dead_letters_at_once
+release                     D3    PENDING at ``now + delay``, ``attempts -= 1``,              release_refunds_the_attempt
+                                  ``releases += 1``.
+extend                      E1    ``lease_expires_at = now + lease`` (returned) and           extend_moves_the_expiry,
+                                  ``lease_seconds = lease`` (heartbeats renew by it).         extend_sets_the_lease_that_heartbeats_renew
+extend                      E2    an extended lease still expires at its new time.            an_extended_lease_still_expires
+state                       S1    PENDING items have no ``claimed_by`` and no lease fields;   leaving_claimed_clears_the_lease..., [model]
+                                  DONE/POISONED keep ``claimed_by`` (last holder), clear
+                                  the lease fields.
+expiry                      X1    an expired lease may be settled lazily (read as CLAIMED     expired_lease_is_claimable_again..., [model]
+                                  until something looks), but is never honoured.
+expiry                      X2    a settled expiry is PENDING available from its expiry       an_expired_claim_is_available_from_its_expiry...,
+                                  time (not from when it was noticed), attempts kept.         [model]
+expiry                      X3    with ``attempts >= max_attempts`` it becomes POISONED       repeated_lease_expiry_poisons_the_item,
+                                  instead, ``error`` containing "lease expired",              an_expired_lease_poisons_with_a_lease_expired_error,
+                                  ``finished_at`` between the expiry and now.                 complete_and_claim_poisons_a_spent_expired_lease
+get                         G1    ``get(pool, id)``: that pool's item or None (an id of       get_is_scoped_to_its_pool, [model]
+                                  another pool, or of another shape, is None).
+list_items                  L1    items of one state in push order, ``limit``/``offset``.     items_lists_by_state_oldest_first,
+                                                                                              listing_orders, dead_listing_and_requeue
+list_workers                L2    in registration order (re-registering moves a worker to     listing_orders, register_get_list_and_status
+                                  the end); filters as ``WorkerFilter.matches``.
+pools                       L3    sorted names of the pools that hold at least one item.      stats_size_and_pools, listing_orders, [model]
+requeue                     Q1    POISONED items (given ids, or all) to PENDING, now,         dead_listing_and_requeue, [model]
+                                  ``attempts = 0``, ``finished_at``/``claimed_by`` cleared,
+                                  ``error`` kept; unknown or repeated ids ignored; count.
+requeue                     Q2    a requeued item holds its dedup key again (unless another   requeue_restores_the_dedup_key, [model]
+                                  live item took it meanwhile).
+release_by_worker           R1    every item CLAIMED by the worker in *that* pool (all        release_by_worker_spends_or_refunds,
+                                  pools when None) back to PENDING now; ``spend_attempt``:    release_by_worker_across_pools,
+                                  attempts kept and spent items POISONED; else refunded.      release_by_worker_of_one_pool_leaves_the_others,
+                                  Returns the count of both.                                  [model]
+release_by_worker           R2    a refunded claim counts in ``releases``; a spent one not.   release_by_worker_counts_refunds_as_releases
+purge                       U1    deletes DONE/POISONED items with ``finished_at <            purge_deletes_old_finished_items,
+                                  now - older_than`` (by finish time, never creation time;    purge_ages_items_by_when_they_finished,
+                                  strictly older); returns the count.                         purge_takes_only_items_finished_more..., [model]
+stats                       T1    pending = ready PENDING, delayed = PENDING not yet due,     stats_size_and_pools, delayed_item_waits...,
+                                  claimed, done, poisoned: exact counts.                      [model]
+stats                       T2    an expired lease counts as what it has become: pending      stats_counts_an_expired_claim_as_what_it_has_become,
+                                  (ready since its expiry) or poisoned if spent; never        [model]
+                                  claimed.
+stats                       T3    ``oldest_pending_at`` = min ``available_at`` over ready     oldest_pending_at_is_when_a_ready_item_became_available,
+                                  items (expired claims: their expiry); None when none.       oldest_pending_at_is_the_longest_waiting_item, [model]
+wait_for_work               N1    returns within ``timeout``; with ``"notify"`` a push        wait_for_work_returns_within_its_timeout,
+                                  wakes it.                                                   wait_for_work_wakes_on_push
+wait_for_work               N2    with ``"notify"``, a delayed item coming due or a lease     wait_for_work_wakes_when_a_delayed_item...
+                                  expiring wakes it too (no push happens for those).
+register_worker             W1    insert or replace: STARTING, ``registered_at =              register_get_list_and_status,
+                                  last_heartbeat = now``.                                     reregister_resets_the_record
+heartbeat                   W2    ``last_heartbeat = now``; LOST: ``WorkerLost``; unknown:    register_get_list_and_status, [model]
+                                  ``WorkerNotFound``; returns the record.
+heartbeat                   W3    renews every *unexpired* lease of the worker in every       heartbeat_extends_the_workers_leases_in_every_pool,
+                                  pool by its ``lease_seconds``; the renewed lease still      a_heartbeaten_lease_still_expires..., [model]
+                                  expires when beats stop; expired ones are not revived.
+set_worker_status           W4    sets status and detail; unknown worker: ``WorkerNotFound``  set_worker_status_of_an_unknown_worker_raises
+                                  and nothing registered.
+reap                        W5    workers not LOST or STOPPED with ``now - last_heartbeat >   reap_releases_a_lost_workers_items_in_every_pool,
+                                  threshold`` (strictly): each, atomically, LOST and          reap_is_strictly_older_and_stale_for_is_at_least,
+                                  ``release_by_worker(None, id, spend_attempt=True)``;        reap_skips_stopped_and_lost_workers...,
+                                  ``ReapedWorker(id, last_heartbeat, released, poisoned)``    deregister_refunds_and_stops, [model]
+                                  where ``released`` excludes the poisoned.
+list_workers                W6    ``WorkerFilter.stale_for``: ``now - last_heartbeat >=       reap_is_strictly_older_and_stale_for_is_at_least,
+                                  stale_for`` (inclusive, unlike reap).                       list_workers_stale_for
+state_*                     K1    namespaced key/value (JSON text), optional ttl on the       shared_state_put_get_scan_delete,
+                                  backend's clock; a key reads as absent from ``now + ttl``   shared_state_expires,
+                                  on (get, scan, delete).                                     shared_state_expires_exactly_at_its_ttl
+complete_and_claim          O1    optional (``CompletesAndClaims``): complete one ack and,    complete_and_claim_* (9 tests)
+                                  only if accepted, claim, atomically; refused: nothing
+                                  changes.
+take_budget                 O2    optional (``workhive.budgets.TakesBudget``): GCRA rate     ``workhive.testing.budgets.BudgetContract``
+                                  budgets; reserve the soonest of several choices within
+                                  ``max_wait`` atomically, on the backend's clock.
+"multiprocess"              M1    declared only if processes opening the same store (the     several_processes_drain_one_pool
+                                  subclass's ``multiprocess_store``) never double-claim or
+                                  lose an item.
+==========================  ====  ==========================================================  =========================================
 
-Shared state
-  * A small key/value area, namespaced, with optional expiry on the backend's
-    clock; expired keys read as absent. Used for fleet-wide credential
-    cooldowns. Values are JSON text.
-
-Clock
-  * Every time is the backend's (``await now()``), never the worker's.
+How a backend's tests plug in (see ``workhive.testing``): ``make_backend(clock,
+tmp_path)``; ``make_missing_backend`` (F1, same store, ``create=False``);
+``multiprocess_store`` (M1, URL + options another process opens); a second
+subclass with ``supports_manual_clock = False`` runs the contract on the real
+clock. ``HYPOTHESIS_PROFILE=ci`` derandomises the model test, ``deep`` runs
+many more examples.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from workhive.errors import PluginValidationError
 from workhive.models import (
     Ack,
     ItemState,
@@ -92,7 +176,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["CompletesAndClaims", "StorageBackend"]
+__all__ = ["CompletesAndClaims", "StorageBackend", "check_backend"]
 
 
 @runtime_checkable
@@ -168,3 +252,46 @@ class CompletesAndClaims(Protocol):
         claimed and nothing changes.
         """
         ...
+
+
+#: every method a backend must have, each ``async def`` (from the protocol itself, so the two never drift)
+REQUIRED_METHODS: tuple[str, ...] = tuple(
+    name for name, value in vars(StorageBackend).items() if inspect.iscoroutinefunction(value)
+)
+
+
+def check_backend(backend: object) -> None:
+    """Raise ``PluginValidationError`` naming every method ``backend`` lacks or has without ``async``.
+
+    ``Hive`` calls it when it is built, so a half-written backend fails at
+    once with the whole list rather than on first use of each gap.
+
+    >>> check_backend(object())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    workhive.errors.PluginValidationError: storage backend object is not a workhive StorageBackend: missing ...
+    """
+    missing = [name for name in REQUIRED_METHODS if not callable(getattr(backend, name, None))]
+    not_async = [
+        name
+        for name in REQUIRED_METHODS
+        if name not in missing and not inspect.iscoroutinefunction(getattr(backend, name))
+    ]
+    capabilities = getattr(backend, "capabilities", None)
+    bad_capabilities = not isinstance(capabilities, (frozenset, set)) or not all(
+        isinstance(c, str) for c in capabilities
+    )
+    if not (missing or not_async or bad_capabilities):
+        return
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if not_async:
+        problems.append(f"not async (define them with async def): {', '.join(not_async)}")
+    if bad_capabilities:
+        problems.append(f"capabilities must be a frozenset of strings, got {capabilities!r}")
+    raise PluginValidationError(
+        f"storage backend {type(backend).__name__} is not a workhive StorageBackend: {'; '.join(problems)}. "
+        "workhive/storage.py lists every method and its rules",
+        backend=backend,
+    )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument, WorkerNotFound
 from workhive.models import ReapedWorker, WorkerFilter, WorkerRecord, WorkerRegistration, WorkerStatus
-from workhive.validation import check_name, check_positive
+from workhive.validation import check_name, check_positive, check_text, printable_text
 
 if TYPE_CHECKING:
     from workhive.hive import Hive
@@ -34,6 +34,13 @@ class Workers:
         check_name("worker", reg.worker_id)
         for pool in reg.pools:
             check_name("pool", pool)
+        if not isinstance(reg.host, str):
+            raise InvalidArgument(f"host must be a string, got {reg.host!r}", value=reg.host)
+        check_text("host", reg.host)
+        for capability in reg.capabilities:
+            if not isinstance(capability, str):
+                raise InvalidArgument(f"capabilities are strings, got {capability!r}", value=capability)
+            check_text("capability", capability)
         return await self._backend.register_worker(reg)
 
     async def heartbeat(self, worker_id: str) -> WorkerRecord:
@@ -41,12 +48,20 @@ class Workers:
         return await self._backend.heartbeat(worker_id)
 
     async def update_status(self, worker_id: str, status: WorkerStatus | str, detail: str | None = None) -> None:
-        """Record what the worker is doing (idle, busy, paused, stopping…)."""
+        """Record what the worker is doing (idle, busy, paused, stopping…).
+
+        ``detail`` is kept as printable text: a lone surrogate (text that is not
+        valid Unicode, often from an exception) is kept as its escape.
+        """
         try:
             state = WorkerStatus(status)
         except ValueError:
             allowed = ", ".join(s.value for s in WorkerStatus if s is not WorkerStatus.LOST)
             raise InvalidArgument(f"unknown worker status {status!r}; use one of {allowed}", value=status) from None
+        if detail is not None:
+            if not isinstance(detail, str):
+                raise InvalidArgument(f"detail must be a string or None, got {detail!r}", value=detail)
+            detail = printable_text(detail)
         await self._backend.set_worker_status(worker_id, state, detail)
 
     async def get(self, worker_id: str) -> WorkerRecord:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import random
 import statistics
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+import workhive
 from workhive.backoff import (
     DEFAULT_MAX_RETRY_AFTER,
     BackoffStrategy,
@@ -16,6 +19,7 @@ from workhive.backoff import (
     Exponential,
     FullJitter,
     NoBackoff,
+    spec_parameters,
 )
 from workhive.errors import ConfigError, InvalidArgument
 from workhive.hive import Hive
@@ -164,7 +168,15 @@ def test_every_builtin_is_registered_through_the_hook() -> None:
 
 
 class _NoStorage:
-    """Hive needs a backend object only to exist; backoff selection never touches it."""
+    """Hive checks that the backend has every method; backoff selection never calls one."""
+
+    capabilities = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        async def never(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"backend.{name} must not be called")
+
+        return never
 
 
 @pytest.mark.parametrize(
@@ -197,3 +209,55 @@ def test_spec_parameters_with_dashes() -> None:
 def test_spec_with_unknown_or_malformed_parameter(spec: str) -> None:
     with pytest.raises(ConfigError, match="full-jitter"):
         Hive(_NoStorage(), backoff=spec, manager=PluginManager(entry_points=False))  # type: ignore[arg-type]
+
+
+class Linear:
+    """A third-party strategy, as in the ``workhive_backoff`` hook's example."""
+
+    def __init__(self, step: float = 1.0, cap: float = 60.0) -> None:
+        self.step, self.cap = step, cap
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        return min(self.cap, self.step * attempt)
+
+
+class Anything:
+    """A strategy that takes any keyword: the core cannot list its parameters, so it judges them itself."""
+
+    def __init__(self, **params: float) -> None:
+        if set(params) - {"speed"}:
+            raise TypeError(f"Anything() got unexpected parameters {sorted(set(params) - {'speed'})}")
+        self.params = params
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        return 0.0
+
+
+def _manager_with(name: str, factory: object) -> PluginManager:
+    @workhive.hookimpl
+    def workhive_backoff() -> workhive.BackoffPlugin:
+        return workhive.BackoffPlugin(name=name, factory=factory, description="")  # type: ignore[arg-type]
+
+    return PluginManager(entry_points=False, extra=[(name, SimpleNamespace(workhive_backoff=workhive_backoff))])
+
+
+def test_a_plugin_strategy_is_checked_against_its_own_parameters() -> None:
+    manager = _manager_with("linear", Linear)
+    strategy = Hive(_NoStorage(), backoff="linear?step=2", manager=manager).backoff  # type: ignore[arg-type]
+    assert isinstance(strategy, Linear) and strategy.step == 2.0
+    with pytest.raises(ConfigError, match=r"linear has no parameter 'base'; it takes step, cap$"):
+        Hive(_NoStorage(), backoff="linear?base=2", manager=manager)  # type: ignore[arg-type]
+
+
+def test_a_strategy_taking_any_keyword_judges_them_and_the_error_is_still_a_config_error() -> None:
+    manager = _manager_with("anything", Anything)
+    strategy = Hive(_NoStorage(), backoff="anything?speed=3", manager=manager).backoff  # type: ignore[arg-type]
+    assert isinstance(strategy, Anything) and strategy.params == {"speed": 3.0}
+    with pytest.raises(ConfigError, match=r"backoff strategy 'anything\?slow=1': .*unexpected parameters \['slow'\]"):
+        Hive(_NoStorage(), backoff="anything?slow=1", manager=manager)  # type: ignore[arg-type]
+
+
+def test_the_builtins_list_the_parameters_a_spec_can_set() -> None:
+    expected = ["base", "cap", "max-attempts", "max-retry-after", "retry-after-jitter"]
+    for cls in (FullJitter, EqualJitter, Decorrelated, Constant, NoBackoff, Exponential):
+        assert spec_parameters(cls) == expected

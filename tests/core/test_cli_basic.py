@@ -14,7 +14,20 @@ from click.testing import CliRunner
 from workhive.cli import cli, main
 from workhive.errors import ConfigError
 
-COMMANDS = ("push", "work", "status", "workers", "dead", "requeue", "reap", "plugins", "config", "demo")
+COMMANDS = (
+    "push",
+    "work",
+    "status",
+    "workers",
+    "dead",
+    "show",
+    "requeue",
+    "purge",
+    "reap",
+    "plugins",
+    "config",
+    "demo",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -160,3 +173,38 @@ class TestErrors:
     def test_work_bad_option_value(self, capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = run_main(capsys, "work", "jobs", "--handler", "json:dumps", "--lease", "5", "--heartbeat", "9")
         assert_one_line_error(code, err, "heartbeat", "lease")
+
+
+class TestRuntimeFlags:
+    def test_a_huge_fleet_is_refused_naming_the_limit(self, capsys, tmp_path) -> None:
+        code, _, err = run_main(capsys, "work", "jobs", "--handler", "json:loads", "--concurrency", "1000000")
+        assert_one_line_error(code, err, "concurrency 1000000 is over the limit of 1000", "--allow-large-fleet")
+        assert list(tmp_path.iterdir()) == []  # refused before anything was opened
+
+    def test_reap_below_the_heartbeat_is_refused_unless_forced(self, capsys, tmp_path) -> None:
+        code, _, err = run_main(capsys, "reap", "--threshold", "1")
+        assert code == 2 and "heartbeat interval (10s" in err and "--force" in err
+        assert list(tmp_path.iterdir()) == []
+
+    def test_purge_durations(self) -> None:
+        from workhive.cli.purge_cmd import parse_duration
+
+        assert [parse_duration(t) for t in ("90", "90s", "30m", "12h", "7d", "2w", "1.5h")] == [
+            90.0,
+            90.0,
+            1800.0,
+            43200.0,
+            604800.0,
+            1209600.0,
+            5400.0,
+        ]
+        for bad in ("soon", "-1d", "7 days", ""):
+            with pytest.raises(ValueError, match="not a duration"):
+                parse_duration(bad)
+
+    def test_grace_zero_is_a_valid_setting(self) -> None:
+        from workhive.config import load_config
+
+        assert load_config({"grace": 0.0}, env={}, search_from=None)["grace"] == 0.0
+        with pytest.raises(ConfigError, match=">= 0"):
+            load_config({"grace": -1.0}, env={}, search_from=None)

@@ -184,3 +184,70 @@ class TestEventsAndProgress:
         assert renderer_for("none") is None
         assert isinstance(renderer_for("auto", io.StringIO()), LogRenderer)  # not a TTY
         assert isinstance(renderer_for("bar", io.StringIO()), LineRenderer)
+
+
+class TestFleetBoundsAndSignature:
+    @pytest.mark.parametrize(
+        "changes, message",
+        [
+            ({"processes": 100_000}, "processes 100000 is over the limit of 256"),
+            ({"concurrency": 1_000_000}, "concurrency 1000000 is over the limit of 1000"),
+            ({"max_processes": 5000, "min_processes": 1}, "max_processes 5000 is over the limit"),
+        ],
+    )
+    def test_a_huge_fleet_is_refused_naming_the_limit_and_the_flag(self, changes, message):
+        with pytest.raises(ConfigError, match=message) as info:
+            check_options(FleetOptions(pool="jobs", handler="m:f", **changes))
+        assert "--allow-large-fleet" in str(info.value)
+
+    def test_the_flag_lifts_the_limits(self):
+        check_options(FleetOptions(pool="jobs", handler="m:f", concurrency=5000, allow_large_fleet=True))
+
+    def test_a_handler_with_the_wrong_arity_is_refused_before_anything_runs(self, tmp_path, monkeypatch):
+        (tmp_path / "arity_handlers.py").write_text(
+            "def two(ctx, extra):\n    pass\n\ndef none():\n    pass\n\ndef defaulted(ctx, extra=1):\n    pass\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        for name in ("two", "none"):
+            with pytest.raises(ConfigError, match=r"called with one argument, the item's context"):
+                load_handler(f"arity_handlers:{name}")
+        assert load_handler("arity_handlers:defaulted").spec == "arity_handlers:defaulted"
+
+
+class TestIsolationGate:
+    def test_an_exclusive_entrant_waits_for_the_running_and_holds_off_new_ones(self):
+        from workhive.runtime.isolation import IsolationGate
+
+        async def main() -> list[str]:
+            gate = IsolationGate()
+            order: list[str] = []
+            release_first = asyncio.Event()
+            first_started = asyncio.Event()
+
+            async def ordinary(name: str, until: asyncio.Event | None = None) -> None:
+                async with gate.shared():
+                    order.append(f"{name} start")
+                    first_started.set()
+                    if until is not None:
+                        await until.wait()
+                    order.append(f"{name} end")
+
+            async def alone() -> None:
+                async with gate.exclusive():
+                    order.append("suspect start")
+                    assert gate.running == 1
+                    order.append("suspect end")
+
+            first = asyncio.create_task(ordinary("a", release_first))
+            await first_started.wait()
+            suspect = asyncio.create_task(alone())
+            await asyncio.sleep(0)
+            late = asyncio.create_task(ordinary("b"))  # arrives while the suspect waits
+            for _ in range(10):
+                await asyncio.sleep(0)
+            assert order == ["a start"]  # neither the suspect nor b started beside a
+            release_first.set()
+            await asyncio.gather(first, suspect, late)
+            return order
+
+        assert asyncio.run(main()) == ["a start", "a end", "suspect start", "suspect end", "b start", "b end"]

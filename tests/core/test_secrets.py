@@ -118,3 +118,63 @@ def test_secret_reveal_is_the_only_way_out() -> None:
     assert SECRET not in json.dumps({"key": secret}, default=str)
     with pytest.raises(TypeError):
         json.dumps({"key": secret})
+
+
+class TestOneScrubber:
+    """``workhive.redaction``: the secrets a credential pool holds are scrubbed wherever text leaves."""
+
+    CANARY = "sk-SCRUBCANARY-77aa88bb99cc"
+
+    @pytest.fixture(autouse=True)
+    def _fresh(self):
+        from workhive.redaction import forget_secrets
+
+        forget_secrets()
+        yield
+        forget_secrets()
+
+    def test_a_credential_pool_registers_its_keys_and_text_data_and_stored_errors_are_scrubbed(self) -> None:
+        from workhive.pool import error_text
+        from workhive.redaction import REDACTED, scrub, scrub_data
+
+        assert scrub(f"echo {self.CANARY}") == f"echo {self.CANARY}"  # nothing registered yet
+        CredentialPool([Credential("SCRUB_KEY", self.CANARY)])
+        assert scrub(f"HTTP 401: {self.CANARY}!") == f"HTTP 401: {REDACTED}!"
+        data = scrub_data({"reason": [self.CANARY], self.CANARY: 1, "n": 2})
+        assert self.CANARY not in json.dumps(data) and data["n"] == 2
+        stored = error_text(RuntimeError(f'{{"error": "Incorrect API key provided: {self.CANARY}"}}'))
+        assert self.CANARY not in stored and stored.startswith("RuntimeError: ")
+
+    def test_log_records_are_scrubbed_whatever_handler_writes_them(self, caplog: pytest.LogCaptureFixture) -> None:
+        CredentialPool([Credential("SCRUB_KEY", self.CANARY)])
+        logger = logging.getLogger("workhive.test.scrub")
+        with caplog.at_level(logging.DEBUG, logger="workhive.test.scrub"):
+            logger.warning("calling with %s", self.CANARY)
+            try:
+                raise ValueError(f"the API echoed {self.CANARY}")
+            except ValueError:
+                logger.exception("failed")
+        assert caplog.records
+        assert self.CANARY not in caplog.text
+        assert "the API echoed **********" in caplog.text
+
+    def test_short_values_are_not_treated_as_secrets(self) -> None:
+        from workhive.redaction import register_secret, scrub
+
+        register_secret("abc")
+        assert scrub("abcabc") == "abcabc"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/jobs?schema=x", "postgresql://app:***@db:5432/jobs?schema=x"),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
+        ("sqlite:///.workhive/hive.db", "sqlite:///.workhive/hive.db"),
+    ],
+)
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    from workhive.urls import redact_url
+
+    assert redact_url(url) == shown

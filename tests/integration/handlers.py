@@ -79,3 +79,50 @@ def auth_for(ctx: Any) -> dict[str, Any]:
     if ctx.credential is not None and ctx.credential.name == ctx.data["bad"]:
         raise workhive.AuthFailed(reason=f"401 for {ctx.credential.name}")
     return {"credential": getattr(ctx.credential, "name", None)}
+
+
+def leaky(ctx: Any) -> dict[str, Any]:
+    """Quotes the item's key back through every path a handler has: a 401 reason, exceptions, its logger."""
+    key = ctx.credential.secret.reveal()
+    body = '{"error": "Incorrect API key provided: ' + key + '"}'
+    what = ctx.data["do"]
+    ctx.logger.warning("calling the API with %s", key)
+    if what == "auth" and ctx.credential.name == ctx.data.get("bad"):
+        raise workhive.AuthFailed(reason=f"HTTP 401: {body}")
+    if what == "permanent":
+        raise workhive.Permanent(f"the API refused: {body}")
+    if what == "boom":
+        raise RuntimeError(f"HTTP 500: {body}")
+    if what == "rate_limit":
+        raise workhive.RateLimited(f"HTTP 429: {body}", retry_after=0.01)
+    return {"ok": what}
+
+
+def killer_beside_innocents(ctx: Any) -> dict[str, Any]:
+    """The ``killer`` item takes its process down once three innocents run beside it in that process.
+
+    Innocents, on their first run, wait for the killer to fire (so they are in flight when it does);
+    afterwards they return at once. The marker file (``WORKHIVE_TEST_MARKER``) says it has fired.
+    """
+    marker = os.environ["WORKHIVE_TEST_MARKER"]
+    log = os.environ["WORKHIVE_TEST_LOG"]
+    deadline = time.monotonic() + 60
+    if ctx.data.get("killer"):
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            with open(log) as f:
+                beside = [line for line in f.read().splitlines() if line.endswith(f" {os.getpid()}")]
+            if len(beside) >= 3:
+                open(marker, "w").close()
+                break
+            time.sleep(0.01)
+        os._exit(1)
+    if not os.path.exists(marker):
+        _log_line(f"start {ctx.item.id} {os.getpid()}")
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return {"n": ctx.data["n"]}
+
+
+def bulky(ctx: Any) -> dict[str, Any]:
+    """Returns a 16 KB result: enough of them fill a small disk mid-run."""
+    return {"n": ctx.data["n"], "pad": "x" * 16384}

@@ -80,7 +80,8 @@ class TestPushWorkStatus:
         run = workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}', '{"n": 2', '{"n": 3}'))
         assert_clean_error(run, "line 2", "nothing was pushed")
         status = workhive(project, "status", "--json")
-        assert status.json()["pools"] == []
+        # Either the push never created the hive (status says so), or it holds no pool.
+        assert "no workhive hive" in status.err if status.code else status.json()["pools"] == []
 
     def test_skip_invalid_pushes_the_rest_and_reports_the_bad(self, project: Path) -> None:
         (project / "items.jsonl").write_text(lines('{"n": 1}', "oops", '{"n": 3}'))
@@ -161,14 +162,17 @@ class TestWorkersAndReap:
         stale = workhive(project, "status", "--json", WORKHIVE_REAP_AFTER="0.1").json()
         assert stale["workers"]["stale"] == 1
 
-        run = workhive(project, "reap", "--threshold", "0.1", "--json")
+        refused = workhive(project, "reap", "--threshold", "0.1")
+        assert refused.code == 2 and "heartbeat interval" in refused.err, refused
+        assert workhive(project, "status", "--json").json()["workers"]["lost"] == 0  # nothing reaped
+        run = workhive(project, "reap", "--threshold", "0.1", "--force", "--json")
         assert run.code == 0, run
         [reaped] = run.json()["reaped"]
         assert (reaped["worker_id"], reaped["released"]) == (worker_id, 1)
         status = workhive(project, "status", "--json").json()
         assert status["pools"][0]["pending"] == 1
         assert status["workers"]["lost"] == 1
-        again = workhive(project, "reap", "--threshold", "0.1")
+        again = workhive(project, "reap", "--threshold", "0.1", "--force")
         assert again.code == 0 and "no worker" in again.out
 
 
@@ -203,3 +207,130 @@ class TestClearErrors:
     def test_debug_shows_the_traceback(self, project: Path) -> None:
         run = workhive(project, "--debug", "--storage", "mongo://x", "status")
         assert run.code != 0 and "Traceback" in run.err and "PluginNotFound" in run.err
+
+
+class TestSeeingWhatHappens:
+    def test_show_prints_one_item_and_its_json(self, project: Path) -> None:
+        items = lines('{"n": 1}', '{"n": 2, "bad": true}')
+        ids = workhive(project, "push", "mixed", "-", "--json", stdin=items).json()["ids"]
+        work(project, "mixed")
+        done = workhive(project, "show", "mixed", ids[0], "--json")
+        assert done.code == 0, done
+        data = done.json()
+        assert (data["state"], data["data"], data["result"], data["attempts"]) == ("done", {"n": 1}, {"x": 2}, 1)
+        assert data["token"] >= 1 and data["finished_at"] is not None and data["receipt"].startswith(ids[0])
+        human = workhive(project, "show", "mixed", ids[1])
+        assert human.code == 0, human
+        assert "poisoned" in human.out and "this item is marked bad" in human.out
+        missing = workhive(project, "show", "mixed", "i00000000000000ff")
+        assert_clean_error(missing, "no item")
+
+    def test_purge_deletes_finished_items_only_when_confirmed(self, project: Path) -> None:
+        assert workhive(project, "push", "old", "-", stdin=lines('{"n": 1}', '{"n": 2}')).code == 0
+        work(project, "old")
+        assert workhive(project, "push", "old", "-", stdin=lines('{"n": 3}')).code == 0
+        unconfirmed = workhive(project, "purge", "old", "--older-than", "0")
+        assert unconfirmed.code != 0 and "--yes" in unconfirmed.err
+        bad = workhive(project, "purge", "old", "--older-than", "soon", "--yes")
+        assert bad.code == 2 and "not a duration" in bad.err
+        kept = workhive(project, "purge", "old", "--older-than", "7d", "--yes", "--json")
+        assert kept.code == 0 and kept.json()["deleted"] == 0
+        run = workhive(project, "purge", "old", "--older-than", "0", "--yes", "--json")
+        assert run.code == 0 and run.json()["deleted"] == 2, run
+        [pool] = workhive(project, "status", "old", "--json").json()["pools"]
+        assert (pool["done"], pool["pending"]) == (0, 1)
+
+    @pytest.mark.parametrize(
+        "command",
+        [("status",), ("workers",), ("dead", "p"), ("show", "p", "i0000000000000001"), ("requeue", "p", "--all")],
+    )
+    def test_commands_that_read_create_nothing_and_say_there_is_no_hive(self, tmp_path: Path, command) -> None:
+        run = workhive(tmp_path, *command)
+        assert_clean_error(run, "no workhive hive")
+        assert list(tmp_path.iterdir()) == []
+        elsewhere = workhive(tmp_path, "--storage", "sqlite:///no-such-dir/x.db", *command)
+        assert_clean_error(elsewhere, "no-such-dir")
+        assert list(tmp_path.iterdir()) == []
+
+    def test_verbose_work_shows_the_handlers_log_lines_from_worker_processes(self, project: Path) -> None:
+        (project / "chatty.py").write_text(
+            "def handle(ctx):\n    ctx.logger.info('handling item %s', ctx.data['n'])\n    return None\n"
+        )
+        assert workhive(project, "push", "talk", "-", stdin=lines('{"n": 41}')).code == 0
+        quiet = workhive(project, "work", "talk", "--handler", "chatty:handle", "--until-empty", "--processes", "1")
+        assert quiet.code == 0 and "handling item" not in quiet.err
+        assert workhive(project, "push", "talk", "-", stdin=lines('{"n": 42}')).code == 0
+        loud = workhive(
+            project, "work", "talk", "--handler", "chatty:handle", "--until-empty", "--processes", "1", "-v"
+        )
+        assert loud.code == 0, loud
+        assert "handling item 42" in loud.err
+
+
+class TestChecksBeforeWork:
+    def test_grace_zero_is_accepted(self, project: Path) -> None:
+        assert workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}')).code == 0
+        assert work(project, "numbers", "--grace", "0")["done"] == 1
+
+    def test_a_pool_that_never_had_an_item(self, project: Path) -> None:
+        assert workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}')).code == 0
+        run = workhive(project, "work", "nubmers", "--handler", "cli_tasks:double", "--until-empty")
+        assert_clean_error(run, "'nubmers' has never had an item", "numbers")
+        assert [p["pool"] for p in workhive(project, "status", "--json").json()["pools"]] == ["numbers"]
+
+    def test_a_huge_fleet_is_refused_before_anything_starts(self, project: Path) -> None:
+        assert workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}')).code == 0
+        for flag, value in (("--processes", "100000"), ("--concurrency", "1000000")):
+            run = workhive(project, "work", "numbers", "--handler", "cli_tasks:double", flag, value)
+            assert_clean_error(run, "over the limit", "--allow-large-fleet")
+        assert workhive(project, "workers", "--all", "--json").json() == []
+
+    def test_a_handler_with_the_wrong_arity_claims_nothing(self, project: Path) -> None:
+        (project / "arity.py").write_text("def handle(ctx, extra):\n    return None\n")
+        assert workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}')).code == 0
+        run = workhive(project, "work", "numbers", "--handler", "arity:handle", "--until-empty")
+        assert_clean_error(run, "one argument")
+        [pool] = workhive(project, "status", "--json").json()["pools"]
+        assert (pool["pending"], pool["poisoned"]) == (1, 0)
+
+    def test_an_unusable_lock_provider_is_refused_before_any_item_is_claimed(self, project: Path) -> None:
+        assert workhive(project, "push", "numbers", "-", stdin=lines('{"n": 1}')).code == 0
+        run = workhive(project, "work", "numbers", "--handler", "cli_tasks:double", "--locks", "bogus://x")
+        assert_clean_error(run, "bogus")
+        [pool] = workhive(project, "status", "--json").json()["pools"]
+        assert (pool["pending"], pool["poisoned"]) == (1, 0)
+
+    def test_locks_pointing_at_a_file(self, project: Path) -> None:
+        (project / "afile").write_text("not a directory")
+        run = workhive(project, "locks", "--locks", f"fcntl:///{project / 'afile'}")
+        assert_clean_error(run, "is a file, not a directory")
+
+
+class TestDeadLocalWorkers:
+    def test_a_worker_whose_process_is_gone_shows_dead_and_is_reaped_at_once(self, project: Path) -> None:
+        import subprocess
+        import sys
+
+        url = f"sqlite:///{project / '.workhive' / 'hive.db'}"
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # a real PID of this host, now without a process
+
+        async def leave_a_claim() -> str:
+            async with wh.open(url) as hive:
+                await hive.pool("numbers").push({"n": 1})
+                me = await hive.workers.register(pools=["numbers"], pid=gone.pid)
+                await hive.pool("numbers").claim(me.worker_id)
+                return me.worker_id
+
+        (project / ".workhive").mkdir()
+        worker_id = asyncio.run(leave_a_claim())
+        status = workhive(project, "status", "--json").json()  # reap_after is 60s: no heartbeat is late
+        assert status["workers"]["dead"] == 1 and status["workers"]["active"] == 0, status
+        [listed] = workhive(project, "workers", "--json").json()
+        assert listed["health"] == "dead"
+        run = workhive(project, "reap", "--json")
+        assert run.code == 0, run
+        [reaped] = run.json()["reaped"]
+        assert (reaped["worker_id"], reaped["released"]) == (worker_id, 1)
+        status = workhive(project, "status", "--json").json()
+        assert status["pools"][0]["pending"] == 1 and status["workers"]["lost"] == 1

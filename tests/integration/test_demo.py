@@ -35,3 +35,14 @@ def test_demo_json_and_a_clean_rerun(tmp_path: Path) -> None:
     served = sum(stats["ok"] for stats in report["server"].values())
     assert served >= 60  # every item was summarised by the API at least once (at-least-once delivery)
     assert "sk-demo-" not in again.out + again.err  # the keys themselves never reach the output
+
+
+def test_demo_compares_budgets_known_learned_and_off(tmp_path: Path) -> None:
+    run = workhive(tmp_path, "demo", "--items", "40", "--budgets", "compare", "--json", timeout=400)
+    assert run.code == 0, run
+    reports = run.json()
+    assert [r["budgets"] for r in reports] == ["off", "known", "learned"]
+    assert all(r["nothing_lost"] for r in reports)
+    assert reports[0]["budget_waits"] == 0, "without budgets no call waits for one"
+    human = workhive(tmp_path, "demo", "--items", "20", "--budgets", "known", timeout=180)
+    assert human.code == 0 and "budgets     known limits (env:…?rpm=)" in human.out, human

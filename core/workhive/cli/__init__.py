@@ -19,18 +19,46 @@ from workhive.cli.context import CliContext
 from workhive.cli.dead_cmd import dead_cmd
 from workhive.cli.demo_cmd import demo_cmd
 from workhive.cli.plugins_cmd import plugins_cmd
+from workhive.cli.purge_cmd import purge_cmd
 from workhive.cli.push_cmd import push_cmd
 from workhive.cli.reap_cmd import reap_cmd
 from workhive.cli.requeue_cmd import requeue_cmd
+from workhive.cli.show_cmd import show_cmd
 from workhive.cli.status_cmd import status_cmd
 from workhive.cli.work_cmd import work_cmd
 from workhive.cli.workers_cmd import workers_cmd
 from workhive.errors import WorkhiveError
+from workhive.redaction import scrub
 
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The built-in commands, then those installed plugins add (the ``workhive_cli_commands`` hook)."""
+
+    def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
+        found: dict[str, click.Command] | None = ctx.meta.get("workhive.plugin_commands")
+        if found is None:
+            # Resolved before the group's callback runs: build the manager it will reuse.
+            manager = CliContext(no_plugins=bool(ctx.params.get("no_plugins"))).manager
+            ctx.meta["workhive.manager"] = manager
+            found = {}
+            for name, command in manager.cli_commands().items():
+                if name in self.commands:
+                    click.echo(f"warning: a plugin's command {name!r} is ignored: it is built in", err=True)
+                else:
+                    found[name] = command
+            ctx.meta["workhive.plugin_commands"] = found
+        return found
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name) or self._plugin_commands(ctx).get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self._plugin_commands(ctx)})
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--storage",
     metavar="URL",
@@ -58,7 +86,13 @@ def cli(ctx: click.Context, storage: str | None, config_file: str | None, no_plu
       workhive work emails --handler mymod:send --until-empty
       workhive status
     """
-    ctx.obj = CliContext(no_plugins=no_plugins, debug=debug, storage=storage, config_file=config_file)
+    ctx.obj = CliContext(
+        no_plugins=no_plugins,
+        debug=debug,
+        storage=storage,
+        config_file=config_file,
+        manager=ctx.meta.get("workhive.manager"),
+    )
 
 
 for _command in (
@@ -67,7 +101,9 @@ for _command in (
     status_cmd,
     workers_cmd,
     dead_cmd,
+    show_cmd,
     requeue_cmd,
+    purge_cmd,
     reap_cmd,
     plugins_cmd,
     config_cmd,
@@ -121,7 +157,7 @@ def main(argv: list[str] | None = None) -> Any:
         except WorkhiveError as exc:
             if debug:
                 raise
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrub(str(exc))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

@@ -8,14 +8,16 @@ import click
 
 from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, table
 from workhive.config import SETTINGS
+from workhive.urls import redact_url
 
 
 def _show(value: Any) -> str:
+    value = redact_url(value)
     if value is None:
         return "-"
     if isinstance(value, tuple):
         return ",".join(value) or "-"
-    return str(value)
+    return str(redact_url(value))
 
 
 @click.command("config")
@@ -29,9 +31,22 @@ def config_cmd(cli: CliContext, as_json: bool) -> None:
     """
     config = cli.config
     if as_json:
-        emit_json({"file": None if config.file is None else str(config.file), "settings": config.to_json()})
+        settings = config.to_json()
+        # Storage and lock URLs may carry a password: never shown, here or anywhere.
+        _redact_values(settings)
+        emit_json({"file": None if config.file is None else str(config.file), "settings": settings})
         return
     rows: list[tuple[Any, ...]] = [("SETTING", "VALUE", "SOURCE")]
     rows.extend((s.key, _show(config[s.key]), config.source(s.key)) for s in SETTINGS)
     table(rows)
     click.echo(f"config file: {config.file or 'none found (workhive.toml or [tool.workhive] in pyproject.toml)'}")
+
+
+def _redact_values(data: Any) -> None:
+    """Replace URL passwords in every string value of a JSON-ready structure, in place."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in list(items):
+        if isinstance(value, str):
+            data[key] = redact_url(value)
+        else:
+            _redact_values(value)

@@ -13,10 +13,12 @@ import attrs
 import click
 
 from workhive.config import Config, load_config
-from workhive.errors import PoolNotFound, StorageUnavailable, WorkhiveError
+from workhive.errors import ConfigError, PoolNotFound, StorageUnavailable, WorkhiveError
 from workhive.hive import Hive
 from workhive.hive import open as open_hive
 from workhive.plugin_manager import PluginManager
+from workhive.redaction import register_url_password, scrub_data
+from workhive.urls import redact_url
 
 __all__ = ["CliContext", "pass_cli", "emit_json", "json_option", "format_age", "table"]
 
@@ -61,19 +63,17 @@ class CliContext:
         return self._config
 
     @contextlib.asynccontextmanager
-    async def hive(self, config: Config | None = None) -> AsyncIterator[Hive]:
-        """The configured hive, opened; failures to open become ``StorageUnavailable`` naming the URL."""
+    async def hive(self, config: Config | None = None, *, create: bool = True) -> AsyncIterator[Hive]:
+        """The configured hive, opened; failures to open become ``StorageUnavailable`` naming the URL.
+
+        Commands that only read (or only change what is already there) pass ``create=False``:
+        a hive that does not exist is then ``HiveNotFound`` and nothing is created.
+        """
         cfg = config or self.config
         url = cfg["storage"]
-        hive = open_hive(
-            url,
-            locks=cfg["locks"],
-            backoff=cfg["backoff"],
-            manager=self.manager,
-            lease=cfg["lease"],
-            max_attempts=cfg["max_attempts"],
-            reap_after=cfg["reap_after"],
-        )
+        register_url_password(url)
+        register_url_password(cfg["locks"])
+        hive = self._open(cfg, create)
         try:
             await hive.open()
         except WorkhiveError:
@@ -82,12 +82,33 @@ class CliContext:
             # A driver's own error (sqlite3.OperationalError, OSError…) is about *this* URL;
             # say so in one line rather than a traceback.
             raise StorageUnavailable(
-                f"cannot open storage {url!r} ({cfg.source('storage')}): {type(exc).__name__}: {exc}", url=url
+                f"cannot open storage {redact_url(url)!r} ({cfg.source('storage')}): {type(exc).__name__}: {exc}",
+                url=redact_url(url),
             ) from exc
         try:
             yield hive
         finally:
             await hive.close()
+
+    def _open(self, cfg: Config, create: bool) -> Hive:
+        kwargs: dict[str, Any] = dict(
+            locks=cfg["locks"],
+            backoff=cfg["backoff"],
+            manager=self.manager,
+            lease=cfg["lease"],
+            max_attempts=cfg["max_attempts"],
+            reap_after=cfg["reap_after"],
+        )
+        if create:
+            return open_hive(cfg["storage"], **kwargs)
+        try:
+            return open_hive(cfg["storage"], create=False, **kwargs)
+        except (ConfigError, TypeError) as exc:
+            # A storage plugin from before every factory took ``create`` refuses the option:
+            # open it as it opens (in-memory and server stores create nothing on disk here).
+            if "create" not in str(exc):
+                raise
+            return open_hive(cfg["storage"], **kwargs)
 
     def run(self, factory: Callable[[], Awaitable[T]]) -> T:
         """Run one coroutine to completion (commands are sync; the API is async)."""
@@ -102,8 +123,8 @@ pass_cli = click.make_pass_decorator(CliContext)
 
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as JSON for scripts (one document, trailing newline)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+    """Print ``data`` as JSON for scripts (one document, trailing newline), secrets scrubbed."""
+    click.echo(json.dumps(scrub_data(data), indent=2, sort_keys=True, default=str))
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -26,7 +26,7 @@ def dead_cmd(cli: CliContext, pool: str, limit: int, offset: int, as_json: bool)
     """List POOL's poisoned (dead-lettered) items, oldest first; `workhive requeue` retries them."""
 
     async def listing() -> tuple[list[dict[str, Any]], int]:
-        async with cli.hive() as hive:
+        async with cli.hive(create=False) as hive:
             await require_pool(hive, pool)
             target = hive.pool(pool)
             items = await target.dead(limit=limit, offset=offset)

@@ -33,6 +33,11 @@ def print_demo_report(report: Any) -> None:
         click.echo(f"  429s seen by the fleet: {seen}")
     for name, reason in sorted(report.disabled.items()):
         click.echo(f"  disabled key: {name} ({reason if len(reason) <= 90 else reason[:89] + '…'})")
+    budgets = {"known": "known limits (env:…?rpm=)", "learned": "learned limits (--learn-limits)", "off": "off"}
+    click.echo(
+        f"  budgets     {budgets.get(report.budgets, report.budgets)}: "
+        f"{report.budget_waits} calls waited for their key's budget instead of meeting a 429"
+    )
     if report.nothing_lost:
         click.echo(f"  nothing lost: {report.done} DONE items in storage = {report.pushed} pushed, none pending")
     else:
@@ -54,31 +59,71 @@ def print_demo_report(report: Any) -> None:
     show_default=True,
     help="Where the demo's hive lives (wiped at the start).",
 )
+@click.option(
+    "--budgets",
+    type=click.Choice(["known", "learned", "off", "compare"]),
+    default="known",
+    show_default=True,
+    help="Rate budgets: the keys' limit given, learned from 429s, none (429s and cooldowns), or all three in turn.",
+)
 @json_option
 @pass_cli
-def demo_cmd(cli: CliContext, items: int, processes: int, concurrency: int, directory: Path, as_json: bool) -> None:
+def demo_cmd(
+    cli: CliContext, items: int, processes: int, concurrency: int, directory: Path, budgets: str, as_json: bool
+) -> None:
     """Summarise documents with a fleet against a local fake LLM API, then prove nothing was lost.
 
     Starts a real HTTP server on 127.0.0.1 that rate-limits each key (429 +
     Retry-After) and refuses one key (401), puts three demo keys in the
     environment, pushes the tasks into a fresh SQLite hive, runs the fleet with
-    the example handler until the pool drains, and checks storage.
+    the example handler until the pool drains, and checks storage. --budgets
+    compare runs it with the keys' limits known, learned, and off, and shows
+    the 429s and throughput of each.
     """
     from workhive.demo.run import run_demo
     from workhive.runtime.progress import renderer_for
 
     if not as_json:
         click.echo(f"starting the fake LLM API and {processes} worker processes for {items} tasks…", err=True)
-    report = run_demo(
-        items=items,
-        processes=processes,
-        concurrency=concurrency,
-        directory=directory,
-        manager=cli.manager,
-        on_progress=renderer_for("none" if as_json else "auto", sys.stderr),
-    )
+    modes = ["off", "known", "learned"] if budgets == "compare" else [budgets]
+    reports = []
+    for mode in modes:
+        report = run_demo(
+            items=items,
+            processes=processes,
+            concurrency=concurrency,
+            directory=directory,
+            manager=cli.manager,
+            on_progress=renderer_for("none" if as_json else "auto", sys.stderr),
+            budgets=mode,
+        )
+        reports.append(report)
+        if not as_json:
+            print_demo_report(report)
     if as_json:
-        emit_json(report.to_json())
-    else:
-        print_demo_report(report)
-    click.get_current_context().exit(report.exit_code)
+        emit_json(reports[0].to_json() if len(reports) == 1 else [r.to_json() for r in reports])
+    elif len(reports) > 1:
+        print_budget_comparison(reports)
+    click.get_current_context().exit(max(r.exit_code for r in reports))
+
+
+def print_budget_comparison(reports: list[Any]) -> None:
+    """One line per budget mode: throughput and the 429s the API answered."""
+    click.echo("")
+    click.echo("budgets compared (same tasks, same keys, same fake API limits):")
+    rows: list[tuple[Any, ...]] = [("  BUDGETS", "DONE", "ITEMS/S", "CALLS", "429s", "429 SHARE", "BUDGET WAITS")]
+    for r in reports:
+        calls = sum(seen["requests"] for seen in r.server.values())
+        limited = sum(seen["rate_limited"] for seen in r.server.values())
+        rows.append(
+            (
+                f"  {r.budgets}",
+                r.done,
+                f"{r.done / r.elapsed:.1f}" if r.elapsed else "-",
+                calls,
+                limited,
+                f"{limited / calls:.1%}" if calls else "-",
+                r.budget_waits,
+            )
+        )
+    table(rows)

@@ -11,6 +11,7 @@ default ``fcntl:///.workhive/locks``.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -32,6 +33,14 @@ _URL_KEY = "workhive.locks_url"
 
 def _run(cli: CliContext, url: str, action: Callable[[LockProvider], Awaitable[T]]) -> T:
     provider: LockProvider = cli.manager.get("locks", scheme_of(url, "lock URL")).factory(url)
+    # A provider that keeps its locks in a directory cannot use a file there: say so rather than
+    # list "no locks held" (or clean nothing) as if all were well.
+    directory = getattr(provider, "directory", None)
+    if isinstance(directory, (str, os.PathLike)) and os.path.exists(directory) and not os.path.isdir(directory):
+        raise ConfigError(
+            f"lock URL {url!r} points at {os.fspath(directory)!r}, which is a file, not a directory of lock files; "
+            "point --locks at a directory (it is created if missing)"
+        )
 
     async def go() -> T:
         try:

@@ -1,4 +1,4 @@
-"""``workhive push POOL FILE|-``: add JSON-lines items to a pool, all or nothing."""
+"""``workhive push POOL FILE|-``: add JSON-lines items to a pool, every line checked before any is written."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import attrs
 import click
 
 from workhive.cli.context import CliContext, emit_json, json_option, pass_cli
-from workhive.errors import InvalidItem
+from workhive.errors import InvalidArgument, InvalidItem, StorageError, WorkhiveError
 from workhive.models import Job
-from workhive.validation import to_json
+from workhive.validation import MAX_DEPTH, MAX_INT_DIGITS, check_count, check_dedup_key, check_nonnegative, to_json
 
-#: items per backend call: big enough to amortise a transaction, small enough to bound memory per call
+#: items per backend call (one transaction each): big enough to amortise a commit, small enough
+#: that one push never holds the storage's write lock for long while a fleet is claiming
 CHUNK = 1000
 
 
@@ -26,27 +27,49 @@ class BadLine:
     error: str
 
 
-def parse_lines(
-    lines: Iterable[str], *, dedup_key_field: str | None = None
-) -> tuple[list[tuple[Any, str | None]], list[BadLine]]:
-    """Parse JSON lines into ``(data, dedup_key)`` pairs; blank lines are skipped, bad ones reported.
+@attrs.frozen
+class GoodLine:
+    """A line that became an item: its number in the file, its data and dedup key."""
+
+    line: int
+    data: Any
+    dedup_key: str | None = None
+
+
+def _decode(text: str) -> Any:
+    """The line's JSON value, or InvalidItem saying what is wrong with the line (never another error)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidItem(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise InvalidItem(f"it is nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # the only other ValueError json.loads raises: an over-long integer literal
+        if "digits" not in str(exc):
+            raise InvalidItem(f"not valid JSON: {exc}") from None
+        raise InvalidItem(
+            f"an integer has more than {MAX_INT_DIGITS} digits, which JSON readers refuse (store it as a string)"
+        ) from None
+
+
+def parse_lines(lines: Iterable[str], *, dedup_key_field: str | None = None) -> tuple[list[GoodLine], list[BadLine]]:
+    """Parse JSON lines into items; blank lines are skipped, bad ones reported with their number.
+
+    Each good line has passed every check ``Pool.push_many`` makes of data and
+    dedup key, so pushing them cannot be refused for what a line holds.
 
     >>> parse_lines(['{"a": 1}', '', 'nope'])[1]
     [BadLine(line=3, error='not valid JSON: Expecting value (column 1)')]
     """
-    good: list[tuple[Any, str | None]] = []
+    good: list[GoodLine] = []
     bad: list[BadLine] = []
     for number, raw in enumerate(lines, start=1):
         text = raw.strip()
         if not text:
             continue
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            bad.append(BadLine(number, f"not valid JSON: {exc.msg} (column {exc.colno})"))
-            continue
-        try:
-            to_json(data)  # json.loads accepts NaN/Infinity, which workhive refuses
+            data = _decode(text)
+            to_json(data)  # json.loads accepts what workhive refuses: NaN, lone surrogates, too deep
         except InvalidItem as exc:
             bad.append(BadLine(number, str(exc)))
             continue
@@ -58,8 +81,12 @@ def parse_lines(
                     BadLine(number, f"--dedup-key-field {dedup_key_field!r}: the item has no string or integer there")
                 )
                 continue
-            key = str(value)
-        good.append((data, key))
+            try:
+                key = check_dedup_key(str(value))
+            except InvalidArgument as exc:
+                bad.append(BadLine(number, f"--dedup-key-field {dedup_key_field!r}: {exc}"))
+                continue
+        good.append(GoodLine(number, data, key))
     return good, bad
 
 
@@ -68,6 +95,22 @@ def _read(stream: IO[str], label: str) -> list[str]:
         return stream.readlines()
     except UnicodeDecodeError as exc:
         raise InvalidItem(f"{label} is not UTF-8 text: {exc.reason} at byte {exc.start}; nothing was pushed") from None
+
+
+def _partly_pushed(exc: BaseException, label: str, pool: str, pushed: int, first_unpushed: int) -> WorkhiveError:
+    """The error of a batch that failed after earlier batches were written: it says what is stored."""
+    what = exc.message if isinstance(exc, WorkhiveError) else f"{type(exc).__name__}: {exc}"
+    message = (
+        f"{what}; {pushed} item{'s' if pushed != 1 else ''} (the lines before {label} line {first_unpushed}) "
+        f"were pushed to {pool} before the failure, and none from line {first_unpushed} on: push those with "
+        f"`tail -n +{first_unpushed} FILE | workhive push {pool} -` (or re-run with --dedup-key-field "
+        "to skip what is stored)"
+    )
+    cls = type(exc) if isinstance(exc, WorkhiveError) else StorageError
+    try:
+        return cls(message, pushed=pushed, first_unpushed_line=first_unpushed)
+    except TypeError:  # a subclass with a constructor of its own
+        return StorageError(message, pushed=pushed, first_unpushed_line=first_unpushed)
 
 
 @click.command("push")
@@ -93,14 +136,27 @@ def push_cmd(
 ) -> None:
     """Push items from FILE (JSON lines, one item per line; - for stdin) into POOL.
 
-    Every line is checked before anything is written: one bad line and nothing is
-    pushed, unless --skip-invalid.
+    Every line is checked before anything is written: one bad line (bad JSON,
+    text that is not valid Unicode, nesting deeper than 256 levels, an integer of
+    more than 4300 digits…) is named by its number and nothing is pushed, unless
+    --skip-invalid.
+
+    The checked items are then written in batches of 1000, each batch one
+    transaction. If the storage fails part-way (disk full, server gone), the
+    batches before the failure stay pushed and none after: the error says how
+    many items were pushed and the first line that was not, so you can push the
+    rest (or re-run with --dedup-key-field, which skips items already stored).
 
     \b
     Example:
       printf '{"url": "https://a.example"}\\n{"url": "https://b.example"}\\n' | workhive push pages -
     """
     label = "stdin" if source.name == "<stdin>" else source.name
+    # The same checks Pool.push makes, once for the options shared by every line.
+    check_count("--priority", priority, minimum=0)
+    check_nonnegative("--delay", delay)
+    if max_attempts is not None:
+        check_count("--max-attempts", max_attempts)
     good, bad = parse_lines(_read(source, label), dedup_key_field=dedup_key_field)
     if bad and not skip_invalid:
         first = bad[0]
@@ -111,14 +167,23 @@ def push_cmd(
             line=first.line,
             bad_lines=bad,
         )
-    jobs = [Job(data, priority=priority, delay=delay, max_attempts=max_attempts, dedup_key=key) for data, key in good]
 
     async def push() -> list[str]:
         async with cli.hive() as hive:
             target = hive.pool(pool)
             ids: list[str] = []
-            for start in range(0, len(jobs), CHUNK):
-                ids.extend(await target.push_many(jobs[start : start + CHUNK]))
+            for start in range(0, len(good), CHUNK):
+                batch = good[start : start + CHUNK]
+                jobs = [
+                    Job(g.data, priority=priority, delay=delay, max_attempts=max_attempts, dedup_key=g.dedup_key)
+                    for g in batch
+                ]
+                try:
+                    ids.extend(await target.push_many(jobs))
+                except Exception as exc:
+                    if not ids:
+                        raise
+                    raise _partly_pushed(exc, label, pool, len(ids), batch[0].line) from exc
             return ids
 
     ids = cli.run(push)

@@ -24,7 +24,7 @@ def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_a
         raise click.UsageError("give the IDs of poisoned items to requeue, or --all (not both)")
 
     async def requeue() -> int:
-        async with cli.hive() as hive:
+        async with cli.hive(create=False) as hive:
             await require_pool(hive, pool)
             target = hive.pool(pool)
             if requeue_all:

@@ -6,17 +6,23 @@ from typing import Any
 
 import click
 
+from workhive.budgets import learned_rates
 from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, require_pool, table
 from workhive.hive import Hive
+from workhive.liveness import process_gone
 from workhive.models import PoolStats, WorkerRecord, WorkerStatus
+from workhive.urls import redact_url
 
 _GONE = (WorkerStatus.LOST, WorkerStatus.STOPPED)
 
 
 def worker_health(record: WorkerRecord, now: float, reap_after: float) -> str:
-    """``active``, ``stale`` (silent longer than ``reap_after``, not yet reaped), ``lost`` or ``stopped``."""
+    """``active``, ``dead`` (its process on this host is gone), ``stale`` (silent longer than
+    ``reap_after``, not yet reaped), ``lost`` or ``stopped``."""
     if record.status in _GONE:
         return record.status.value
+    if process_gone(record.host, record.pid):
+        return "dead"
     return "stale" if now - record.last_heartbeat >= reap_after else "active"
 
 
@@ -41,10 +47,17 @@ async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
     now = await hive.now()
     pools = [pool_json(await hive.pool(name).stats(), now) for name in names]
     records = await hive.workers.list(pool=pool) if pool is not None else await hive.workers.list()
-    counts = {"active": 0, "stale": 0, "lost": 0, "stopped": 0}
+    counts = {"active": 0, "dead": 0, "stale": 0, "lost": 0, "stopped": 0}
     for record in records:
         counts[worker_health(record, now, hive.reap_after)] += 1
-    return {"pools": pools, "workers": counts}
+    # Optional backend method: one-line facts about the store itself (e.g. a Redis that persists nothing).
+    notices = getattr(hive.storage, "notices", None)
+    return {
+        "pools": pools,
+        "workers": counts,
+        "notices": list(await notices()) if notices is not None else [],
+        "key_rates": await learned_rates(hive),
+    }
 
 
 @click.command("status")
@@ -58,7 +71,7 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
     """
 
     async def status() -> dict[str, Any]:
-        async with cli.hive() as hive:
+        async with cli.hive(create=False) as hive:
             return await gather_status(hive, pool)
 
     data = cli.run(status)
@@ -66,7 +79,7 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
         emit_json(data)
         return
     if not data["pools"]:
-        click.echo(f"no pools yet in {cli.config['storage']} (push some work: workhive push POOL FILE)")
+        click.echo(f"no pools yet in {redact_url(cli.config['storage'])} (push some work: workhive push POOL FILE)")
     else:
         rows: list[tuple[Any, ...]] = [("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "OLDEST")]
         for p in data["pools"]:
@@ -83,4 +96,10 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
             )
         table(rows)
     w = data["workers"]
-    click.echo(f"workers: {w['active']} active, {w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")
+    dead = f"{w['dead']} dead (process gone; `workhive reap` releases their items), " if w["dead"] else ""
+    click.echo(f"workers: {w['active']} active, {dead}{w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")
+    for notice in data["notices"]:
+        click.echo(f"note: {notice}")
+    for name, rate in data["key_rates"].items():
+        how = "ramping up" if rate["ramping"] else f"after {rate['decreases']} slow-down(s) on 429s"
+        click.echo(f"key {name}: {rate['rpm']:g} requests/min effective rate ({how})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -10,27 +11,54 @@ import click
 
 from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli
 from workhive.config import PROGRESS_MODES
+from workhive.errors import PoolNotFound
+from workhive.redaction import install_log_scrubbing, scrub, scrub_data
 
 
 def report_json(report: Any) -> dict[str, Any]:
-    """A ``FleetReport`` as plain data."""
-    return attrs.asdict(report)
+    """A ``FleetReport`` as plain data, secrets scrubbed."""
+    return scrub_data(attrs.asdict(report))  # type: ignore[no-any-return]
 
 
 def print_report(report: Any) -> None:
-    """The human summary of a fleet run."""
-    click.echo(
+    """The human summary of a fleet run (secrets scrubbed from every line)."""
+
+    def echo(line: str) -> None:
+        click.echo(scrub(line))
+
+    echo(
         f"{report.pool}: {report.done} done, {report.failed} failed (retried), {report.poisoned} poisoned, "
         f"{report.released} released, in {format_age(report.elapsed)}"
     )
     if report.rate_limited:
         per_key = ", ".join(f"{name} {count}" for name, count in sorted(report.rate_limited.items()))
-        click.echo(f"rate limited (429s): {per_key}")
+        echo(f"rate limited (429s): {per_key}")
     for name, reason in sorted(report.disabled_credentials.items()):
-        click.echo(f"credential disabled: {name} ({reason})")
+        echo(f"credential disabled: {name} ({reason})")
     lost = f", {report.workers_lost} lost" if report.workers_lost else ""
-    click.echo(f"workers: {report.workers_started} started{lost}")
-    click.echo(f"exit {report.exit_code}: {report.reason}")
+    if report.processes_replaced:
+        lost += f"; {report.processes_replaced} worker process(es) died and were replaced (see the log above)"
+    echo(f"workers: {report.workers_started} started{lost}")
+    echo(f"exit {report.exit_code}: {report.reason}")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(verbose: int, log_level: str | None) -> str:
+    if log_level is not None:
+        return log_level.upper()
+    return ("WARNING", "INFO", "DEBUG")[min(verbose, 2)]
+
+
+def _configure_logging(level: str) -> None:
+    # The supervisor logs here; worker processes get the same level and format (--log-level is
+    # passed on), so a handler's ctx.logger lines show up beside the fleet's own.
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("workhive").setLevel(level)
+    install_log_scrubbing()
 
 
 def _cwd_importable() -> None:
@@ -50,7 +78,12 @@ def _cwd_importable() -> None:
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Items claimed per claim call [1].")
 @click.option("--lease", type=float, default=None, help="Seconds a claim lasts between heartbeats [60].")
 @click.option("--heartbeat", type=float, default=None, help="Seconds between heartbeats [10].")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Claims before poisoning [5].")
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Poison what this fleet claims after N attempts, whatever it was pushed with [5].",
+)
 @click.option("--reap-after", type=float, default=None, help="Silence before a worker is lost [60].")
 @click.option("--until-empty", is_flag=True, help="Exit when the pool has drained.")
 @click.option("--grace", type=float, default=None, help="Seconds in-flight items get after SIGTERM [30].")
@@ -60,6 +93,46 @@ def _cwd_importable() -> None:
 @click.option("--backoff", metavar="SPEC", default=None, help="Backoff strategy, e.g. full-jitter?cap=60.")
 @click.option("--locks", metavar="URL", default=None, help="Lock provider URL.")
 @click.option("--progress", type=click.Choice(PROGRESS_MODES), default=None, help="Progress display [auto].")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics for the whole fleet on this port of 127.0.0.1 (needs workhive[metrics]).",
+)
+@click.option(
+    "--token-estimate",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Tokens a call takes from its key's tpm/tpd budget when the handler has no estimate_tokens [0].",
+)
+@click.option(
+    "--budget-wait",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Longest a worker waits for a key's rate budget before a call, in seconds [30].",
+)
+@click.option(
+    "--learn-limits",
+    is_flag=True,
+    help="Learn the request rate of keys given without rpm (slows down on 429s, speeds up while calls succeed).",
+)
+@click.option(
+    "--allow-large-fleet",
+    is_flag=True,
+    help="Lift the upper bounds on --processes and --concurrency (the error says which you hit).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More log output, from the supervisor and every worker process (-v: INFO, -vv: DEBUG).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Log level of the supervisor, the workers and the handler's ctx.logger [WARNING].",
+)
 @json_option
 @pass_cli
 def work_cmd(
@@ -67,6 +140,12 @@ def work_cmd(
     pool: str,
     handler: str | None,
     until_empty: bool,
+    allow_large_fleet: bool,
+    token_estimate: float | None,
+    budget_wait: float | None,
+    learn_limits: bool,
+    verbose: int,
+    log_level: str | None,
     as_json: bool,
     **settings: Any,
 ) -> None:
@@ -77,31 +156,62 @@ def work_cmd(
     Raise workhive.RateLimited / AuthFailed / Permanent to steer retries.
 
     Exit status: 0 when drained (--until-empty) or stopped cleanly by SIGTERM,
-    1 when workers could not run, 2 for bad configuration, 130 after a second signal.
+    1 when workers could not run or storage kept failing, 2 for bad configuration
+    (checked before anything runs: options, handler signature, storage, credentials,
+    lock provider; --until-empty on a pool that never had an item), 130 after a
+    second signal (claims are put back without spending attempts).
+
+    -v / --log-level reach every worker process: a failing item's error, and the
+    handler's own ctx.logger lines, show on stderr.
 
     \b
     Example:
       workhive work summaries --handler mypkg.tasks:summarise \\
           --processes 2 --concurrency 8 --credentials env:OPENAI_API_KEY --until-empty
     """
+    from workhive.runtime.fleet import check_options
     from workhive.runtime.handler import load_handler  # the runtime is only loaded when a fleet runs
 
     config = cli.load_config(handler=handler, **settings)
-    options = config.fleet_options(pool, until_empty=until_empty, no_plugins=cli.no_plugins)
+    budget_options: dict[str, Any] = {"learn_limits": learn_limits}
+    if token_estimate is not None:
+        budget_options["token_estimate"] = token_estimate
+    if budget_wait is not None:
+        budget_options["budget_wait"] = budget_wait
+    options = config.fleet_options(
+        pool, until_empty=until_empty, no_plugins=cli.no_plugins, allow_large_fleet=allow_large_fleet, **budget_options
+    )
+    level = _log_level(verbose, log_level)
+    _configure_logging(level)
     _cwd_importable()
+    check_options(options)  # bounds and timings: one line, before anything opens or forks
     load_handler(options.handler)  # fail here, in one line, rather than in every worker process
 
-    async def reachable() -> None:
-        async with cli.hive(config):  # unknown plugin or unreachable storage: one clear error, before forking
-            pass
+    async def reachable() -> list[str]:
+        async with cli.hive(config) as hive:  # unknown plugin or unreachable storage: one clear error, before forking
+            hive.pool(pool)  # a bad pool name is InvalidName here
+            return await hive.pools()
 
-    cli.run(reachable)
+    known = cli.run(reachable)
+    if pool not in known:
+        listing = ", ".join(sorted(known)) or "none yet"
+        if until_empty:
+            raise PoolNotFound(
+                f"pool {pool!r} has never had an item, so there is nothing to drain (known pools: {listing}); "
+                "push work first, or drop --until-empty to wait for it",
+                pool=pool,
+                known=known,
+            )
+        click.echo(
+            f"warning: pool {pool!r} has no items yet (known pools: {listing}); the workers wait for work pushed to it",
+            err=True,
+        )
 
     from workhive.runtime import run_fleet
     from workhive.runtime.progress import renderer_for
 
     # Progress goes to stderr, so stdout holds only the report (and --json stays one document).
-    report = run_fleet(options, on_progress=renderer_for(options.progress, sys.stderr))
+    report = run_fleet(options, on_progress=renderer_for(options.progress, sys.stderr), log_level=level)
     if as_json:
         emit_json(report_json(report))
     else:

@@ -22,12 +22,13 @@ _STATUSES = [s.value for s in WorkerStatus]
 def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], show_all: bool, as_json: bool) -> None:
     """List workers: id, host, pid, pools, status, health and heartbeat age.
 
-    Health is ``active``, ``stale`` (silent longer than reap_after; `workhive reap`
+    Health is ``active``, ``dead`` (its process on this host is gone; `workhive reap`
+    releases its items at once), ``stale`` (silent longer than reap_after; `workhive reap`
     will declare it lost), ``lost`` or ``stopped``.
     """
 
     async def listing() -> list[dict[str, Any]]:
-        async with cli.hive() as hive:
+        async with cli.hive(create=False) as hive:
             wanted = frozenset(WorkerStatus(s) for s in statuses) if statuses else None
             if wanted is None and not show_all:
                 wanted = frozenset(s for s in WorkerStatus if s not in (WorkerStatus.LOST, WorkerStatus.STOPPED))

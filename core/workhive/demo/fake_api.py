@@ -2,9 +2,11 @@
 
 ``POST /v1/summarize`` with ``Authorization: Bearer <key>`` and ``{"text": "…"}``
 answers ``{"summary": "…", "words": n}`` after a short simulated latency.
-Each key may make ``rate`` calls per ``window`` seconds (a fixed window, as
-many real APIs do); beyond that it answers 429 with ``Retry-After`` (whole
-seconds until the window resets) and an OpenAI-style error body. Revoked
+Each key may make ``rate`` calls per ``window`` seconds (requests per
+minute with ``window=60``), refilled continuously: a token bucket holding
+``rate`` calls, as OpenAI and Anthropic describe their limits. Beyond that it
+answers 429 with ``Retry-After`` (whole seconds until a call is allowed
+again, as most APIs send it) and an OpenAI-style error body. Revoked
 keys and unknown keys answer 401. ``GET /v1/stats`` returns per-key request
 counts (by key *label*, never the key itself).
 
@@ -49,14 +51,14 @@ def summarise_text(text: str, max_words: int = 12) -> str:
     return " ".join(words[:max_words]) + ("…" if len(words) > max_words else ".")
 
 
-class _Window:
-    """A fixed-window counter for one key."""
+class _Bucket:
+    """One key's allowance: ``level`` calls left, refilled at ``rate / window`` per second up to ``rate``."""
 
-    __slots__ = ("count", "started")
+    __slots__ = ("level", "updated")
 
-    def __init__(self) -> None:
-        self.started = 0.0
-        self.count = 0
+    def __init__(self, rate: float) -> None:
+        self.level = float(rate)
+        self.updated = time.monotonic()
 
 
 class FakeLLMApi:
@@ -84,7 +86,7 @@ class FakeLLMApi:
         self.window = window
         self.latency = latency
         self.stats: dict[str, KeyStats] = {label: KeyStats() for label in (*self.keys.values(), *self.revoked.values())}
-        self._windows: dict[str, _Window] = {label: _Window() for label in self.keys.values()}
+        self._buckets: dict[str, _Bucket] = {label: _Bucket(rate) for label in self.keys.values()}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
@@ -132,15 +134,18 @@ class FakeLLMApi:
                 return 401, {}, _error("authentication_error", "unknown API key")
             stats = self.stats[label]
             stats.requests += 1
-            window = self._windows[label]
+            bucket = self._buckets[label]
             now = time.monotonic()
-            if now - window.started >= self.window:
-                window.started, window.count = now, 0
-            if window.count >= self.rate:
+            per_second = self.rate / self.window
+            bucket.level = min(float(self.rate), bucket.level + (now - bucket.updated) * per_second)
+            bucket.updated = now
+            if bucket.level < 1.0:
                 stats.rate_limited += 1
-                wait = max(1, math.ceil(window.started + self.window - now))
-                return 429, {"Retry-After": str(wait)}, _error("rate_limit_error", f"rate limit: {self.rate}/window")
-            window.count += 1
+                wait = (1.0 - bucket.level) / per_second
+                headers = {"Retry-After": str(max(1, math.ceil(wait)))}
+                message = f"rate limit: {self.rate} requests per {self.window:g}s"
+                return 429, headers, _error("rate_limit_error", message)
+            bucket.level -= 1.0
             stats.ok += 1
             return 200, {}, {}
 

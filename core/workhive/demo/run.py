@@ -26,13 +26,15 @@ from workhive.demo.tasks import make_texts
 from workhive.models import Job
 from workhive.plugin_manager import PluginManager
 
-__all__ = ["DEMO_DIR", "DEMO_POOL", "KEY_PREFIX", "DemoReport", "run_demo"]
+__all__ = ["BUDGET_MODES", "DEMO_DIR", "DEMO_POOL", "KEY_PREFIX", "DemoReport", "run_demo"]
 
 DEMO_DIR = Path(".workhive") / "demo"
 DEMO_POOL = "demo-summaries"
 KEY_PREFIX = "WORKHIVE_DEMO_KEY"
 HANDLER = "workhive.demo.handler:summarise"
 REVOKED_KEY = 3  # the demo key the API refuses with 401
+#: how the demo fleet keeps to the keys' limits (see run_demo)
+BUDGET_MODES = ("known", "learned", "off")
 
 
 @attrs.frozen
@@ -54,6 +56,8 @@ class DemoReport:
     fleet_exit_code: int
     fleet_reason: str
     storage: str
+    budgets: str = "off"  # off (429s and cooldowns only), known (rpm given), learned (--learn-limits)
+    budget_waits: int = 0  # calls that waited for their key's budget instead of meeting a 429
 
     @property
     def nothing_lost(self) -> bool:
@@ -106,12 +110,17 @@ def run_demo(
     manager: PluginManager | None = None,
     progress: str = "none",
     on_progress: Callable[[Any], None] | None = None,
+    budgets: str = "known",
 ) -> DemoReport:
     """Run the whole demo in ``directory`` (wiped first, so reruns start clean) and report.
 
     ``rate`` is each key's allowance per second at the fake API: low enough that
-    the fleet meets 429s, high enough to finish quickly.
+    the fleet meets 429s, high enough to finish quickly. ``budgets``: ``known``
+    gives the keys their limit (``env:…?rpm=``), ``learned`` lets the fleet
+    learn it (``learn_limits``), ``off`` relies on 429s and cooldowns alone.
     """
+    if budgets not in BUDGET_MODES:
+        raise ValueError(f"budgets must be one of {', '.join(BUDGET_MODES)}, got {budgets!r}")
     from workhive.runtime import FleetOptions, run_fleet
 
     manager = manager if manager is not None else workhive.plugin_manager.default_manager()
@@ -124,6 +133,7 @@ def run_demo(
     keys = {name: f"sk-demo-{secrets.token_hex(12)}" for name in names}
     revoked_name = names[REVOKED_KEY - 1]
     good = {secret: name for name, secret in keys.items() if name != revoked_name}
+    spec = f"env:{KEY_PREFIX}" + (f"?rpm={rate * 60}" if budgets == "known" else "")
     started = time.monotonic()
     with FakeLLMApi(good, revoked={keys[revoked_name]: revoked_name}, rate=rate) as api:
         with _environment({**keys, API_URL_ENV: api.url}):
@@ -134,7 +144,7 @@ def run_demo(
                     handler=HANDLER,
                     storage=storage,
                     locks=locks,
-                    credentials=(f"env:{KEY_PREFIX}",),  # type: ignore[arg-type]  # attrs converter=tuple
+                    credentials=(spec,),  # type: ignore[arg-type]  # attrs converter=tuple
                     processes=processes,
                     concurrency=concurrency,
                     until_empty=True,
@@ -143,6 +153,7 @@ def run_demo(
                     reap_after=15.0,
                     grace=10.0,
                     progress=progress,  # type: ignore[arg-type]
+                    learn_limits=budgets == "learned",
                 ),
                 on_progress=on_progress,
             )
@@ -164,4 +175,6 @@ def run_demo(
         fleet_exit_code=fleet.exit_code,
         fleet_reason=fleet.reason,
         storage=storage,
+        budgets=budgets,
+        budget_waits=getattr(fleet, "budget_waits", 0),
     )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from workhive.errors import InvalidArgument
 from workhive.locks import HeldLock
 from workhive.models import WorkItem
 
@@ -32,7 +34,7 @@ class HandlerContext:
     ...     return {"summary": text[:200]}
     """
 
-    __slots__ = ("credential", "hive", "item", "logger", "pool", "worker_id")
+    __slots__ = ("credential", "hive", "item", "logger", "pool", "usage", "worker_id")
 
     def __init__(
         self,
@@ -50,6 +52,8 @@ class HandlerContext:
         self.worker_id = worker_id
         self.credential = credential
         self.logger = logger if logger is not None else logging.getLogger(f"workhive.handler.{pool.name}")
+        #: tokens the handler reported with ``report_usage`` (None: none reported)
+        self.usage: float | None = None
 
     @property
     def data(self) -> Any:
@@ -64,6 +68,35 @@ class HandlerContext:
     @property
     def item_id(self) -> str:
         return self.item.id
+
+    def report_usage(self, *, tokens: float, credential: Any = None) -> None:
+        """Tell the fleet how many tokens the call really used; its key's token budget is corrected.
+
+        The worker reserved the estimate (the handler's ``estimate_tokens``, or
+        ``--token-estimate``) before the call; after it, the budget moves by
+        ``tokens`` − estimate. Works from sync and async handlers alike (the
+        worker applies it when the handler returns); several reports add up.
+        ``credential`` (a name or the credential) must be the one leased for
+        this item: reporting usage of a key this item did not lease, or with
+        no key leased at all, is an ``InvalidArgument``.
+
+        >>> def handler(ctx):  # doctest: +SKIP
+        ...     answer = call_api(ctx.data, key=ctx.credential.secret.reveal())
+        ...     ctx.report_usage(tokens=answer["usage"]["total_tokens"])
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens < 0:
+            raise InvalidArgument(f"report_usage(tokens=...) takes a number of tokens >= 0, got {tokens!r}")
+        leased = getattr(self.credential, "name", None)
+        if leased is None:
+            raise InvalidArgument("report_usage: no API key is leased for this item (run the fleet with --credentials)")
+        if credential is not None:
+            named = credential if isinstance(credential, str) else getattr(credential, "name", repr(credential))
+            if named != leased:
+                raise InvalidArgument(
+                    f"report_usage: key {named!r} is not the one leased for this item ({leased!r}); "
+                    "report usage only for the call made with ctx.credential"
+                )
+        self.usage = (self.usage or 0.0) + float(tokens)
 
     @contextlib.asynccontextmanager
     async def lock(

@@ -21,10 +21,12 @@ from typing import Any, Protocol
 
 import attrs
 
+from workhive.redaction import scrub_data
+
 __all__ = ["EventSink", "ListSink", "PipeSink", "Tally"]
 
 # Event kinds (first element of each event):
-DONE = "done"  # n items completed
+DONE = "done"  # n items completed, then their ids
 FAILED = "failed"  # n failures put back for a retry
 POISONED = "poisoned"  # n items poisoned
 RELEASED = "released"  # n items given back without spending an attempt
@@ -32,9 +34,10 @@ RATE_LIMITED = "rate_limited"  # credential name (or "-") hit a 429
 DISABLED = "disabled"  # credential name, reason
 WORKER = "worker"  # worker id registered
 WORKER_LOST = "worker_lost"  # worker id was declared lost while running
-START = "start"  # worker id, item id, token: the worker starts running this claim
+START = "start"  # worker id, item id, token, alone (1: nothing else runs beside it): the worker starts this claim
 READY = "ready"  # the process loaded its handler and registered its workers
 FATAL = "fatal"  # exit code, message: the process cannot run (bad handler, storage down)
+BUDGET_WAIT = "budget_wait"  # seconds a worker waited for its key's rate budget before a call
 
 
 class EventSink(Protocol):
@@ -48,6 +51,7 @@ class PipeSink:
         self.fd = fd
 
     def __call__(self, *event: Any) -> None:
+        event = scrub_data(event)  # reasons and messages may quote an API body that echoes a key
         line = json.dumps(event, separators=(",", ":"), default=str)
         if len(line) > 3000:  # stay under PIPE_BUF so the write is atomic
             line = json.dumps([*event[:2], str(event[2:])[:2000]], separators=(",", ":"))
@@ -65,9 +69,10 @@ class ListSink:
         self._on_event = on_event
 
     def __call__(self, *event: Any) -> None:
-        self.events.append(list(event))
+        clean = scrub_data(list(event))
+        self.events.append(clean)
         if self._on_event is not None:
-            self._on_event(list(event))
+            self._on_event(list(clean))
 
 
 @attrs.define
@@ -82,6 +87,8 @@ class Tally:
     disabled: dict[str, str] = attrs.field(factory=dict)
     workers_started: int = 0
     workers_lost: int = 0
+    budget_waits: int = 0  # calls that waited for rate budget
+    budget_wait_seconds: float = 0.0
 
     def apply(self, event: list[Any]) -> None:
         kind = event[0]
@@ -101,3 +108,6 @@ class Tally:
             self.workers_started += 1
         elif kind == WORKER_LOST:
             self.workers_lost += 1
+        elif kind == BUDGET_WAIT:
+            self.budget_waits += 1
+            self.budget_wait_seconds += float(event[1])

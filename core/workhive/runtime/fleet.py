@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 
-from workhive.errors import ConfigError
+from workhive.errors import ConfigError, WorkhiveError
+from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
-from workhive.runtime.options import FleetOptions, FleetReport
-from workhive.runtime.process import _open_hive, build_credentials
+from workhive.runtime.options import MAX_CONCURRENCY, MAX_PROCESSES, FleetOptions, FleetReport
+from workhive.runtime.process import _open_hive, build_budgets, build_credentials
 from workhive.runtime.progress import FleetProgress, renderer_for
 from workhive.runtime.supervisor import Supervisor
 from workhive.validation import check_name
@@ -35,6 +40,21 @@ def check_options(options: FleetOptions) -> None:
         raise ConfigError(str(exc)) from None
     count("processes", options.processes)
     count("concurrency", options.concurrency)
+    if not options.allow_large_fleet:
+        for name, value, limit in (
+            ("processes", options.processes, MAX_PROCESSES),
+            ("max_processes", options.max_processes, MAX_PROCESSES),
+            ("concurrency", options.concurrency, MAX_CONCURRENCY),
+        ):
+            if isinstance(value, int) and value > limit:
+                raise ConfigError(
+                    f"{name} {value} is over the limit of {limit}; if you mean it, pass --allow-large-fleet "
+                    "(allow_large_fleet=True): every process costs memory and every async worker a registry row"
+                )
+    seconds("budget_wait", options.budget_wait)
+    estimate = options.token_estimate
+    if isinstance(estimate, bool) or not isinstance(estimate, (int, float)) or not 0 <= estimate < float("inf"):
+        raise ConfigError(f"token_estimate must be a number of tokens >= 0, got {estimate!r}")
     count("batch", options.batch)
     count("max_attempts", options.max_attempts)
     count("max_rate_limit_retries", options.max_rate_limit_retries, 0)
@@ -64,6 +84,22 @@ def check_options(options: FleetOptions) -> None:
         raise ConfigError(f"progress must be one of auto, bar, log, none; got {options.progress!r}")
 
 
+def check_lock_provider(hive: Hive, options: FleetOptions) -> None:
+    """``ConfigError`` unless the lock provider a handler's ``ctx.lock`` would use can be created.
+
+    Every handler can call ``ctx.lock``: a bogus ``locks`` URL or a missing lock plugin must
+    stop the run here, not poison every item that takes a lock.
+    """
+    try:
+        hive.locks()
+    except WorkhiveError as exc:
+        where = f"--locks {options.locks!r}" if options.locks else "the default lock provider for this storage"
+        raise ConfigError(
+            f"{where} cannot be used, and handlers may take locks with ctx.lock: {exc} "
+            "(pass --locks URL with an installed lock provider, see `workhive plugins`)"
+        ) from exc
+
+
 def run_fleet(
     options: FleetOptions,
     *,
@@ -72,9 +108,12 @@ def run_fleet(
 ) -> FleetReport:
     """Run a fleet of worker processes until the pool drains (``until_empty``) or a signal; blocking.
 
-    Before anything starts, the options, the handler (imported here too) and
-    the storage URL are checked: ``ConfigError`` (or ``PluginNotFound`` /
-    ``StorageUnavailable`` for the storage) is raised and nothing runs. Once
+    Before anything starts, the options (including the upper bounds on
+    processes and concurrency, lifted by ``allow_large_fleet``), the handler
+    (imported here too, and called with one argument), the storage URL, the
+    credential specs and the lock provider a handler's ``ctx.lock`` would use
+    are checked: ``ConfigError`` (or ``PluginNotFound`` / ``StorageUnavailable``
+    for the storage, ``CredentialError`` for keys) is raised and nothing runs. Once
     running, what happened is in the returned report, whose ``exit_code`` is
     an ``ExitCode``. ``on_progress`` receives a ``FleetProgress`` about once
     a second and a last one with ``final=True``; without it the built-in
@@ -94,10 +133,38 @@ def run_fleet(
 
 
 async def _run(options: FleetOptions, on_progress: Callable[[FleetProgress], None] | None, level: str) -> FleetReport:
-    hive = _open_hive(options)
-    await hive.open()
+    with _metrics(options):
+        hive = _open_hive(options)
+        await hive.open()
+        try:
+            credentials = build_credentials(options, hive)  # bad specs or no keys: fail here, before any process starts
+            build_budgets(options, hive, credentials)  # budgets on a backend without them, an estimate that never fits
+            check_lock_provider(hive, options)
+            return await Supervisor(options, hive, on_progress, log_level=level).run()
+        finally:
+            await hive.close()
+
+
+@contextlib.contextmanager
+def _metrics(options: FleetOptions) -> Iterator[None]:
+    """With ``metrics_port``: a shared directory every worker process counts into, served on the port.
+
+    Set up before the hive opens and any process starts (prometheus-client picks its
+    multiprocess mode when first imported); a port in use is a ConfigError before anything runs.
+    """
+    if options.metrics_port is None:
+        yield
+        return
+    from workhive import metrics
+
+    directory = metrics.enable(tempfile.mkdtemp(prefix="workhive-metrics-"))
     try:
-        build_credentials(options, hive)  # bad specs or no keys: fail here, before any process starts
-        return await Supervisor(options, hive, on_progress, log_level=level).run()
+        server = metrics.serve(options.metrics_port)
+        try:
+            yield
+        finally:
+            server.shutdown()
+            server.server_close()
     finally:
-        await hive.close()
+        os.environ.pop(metrics.ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)

@@ -98,4 +98,20 @@ def load_handler(spec: str) -> Handler:
             f"handler {spec!r}: {attr_path!r} is a {type(target).__name__}, not a function; "
             "point --handler at a function taking the item context"
         )
+    _check_signature(spec, target)
     return Handler(spec=spec, function=target, is_async=_is_async(target))
+
+
+def _check_signature(spec: str, function: Callable[..., Any]) -> None:
+    """``ConfigError`` unless ``function`` can be called with one positional argument (the context)."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return  # some builtins have no signature to read: they are called and fail (or not) per item
+    try:
+        signature.bind(object())
+    except TypeError:
+        raise ConfigError(
+            f"handler {spec!r} has the signature {signature}, but it is called with one argument, "
+            "the item's context: define it as `def handler(ctx):` (or give the other parameters defaults)"
+        ) from None

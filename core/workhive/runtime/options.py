@@ -14,7 +14,13 @@ import attrs
 
 from workhive.hive import DEFAULT_STORAGE
 
-__all__ = ["FleetOptions", "FleetReport", "ExitCode"]
+__all__ = ["FleetOptions", "FleetReport", "ExitCode", "MAX_PROCESSES", "MAX_CONCURRENCY"]
+
+#: upper bounds a fleet needs ``allow_large_fleet`` (``--allow-large-fleet``) to pass: each
+#: process costs tens of MB and each async worker a registry row, so a typo (10000 for 10) must
+#: not take the machine down or fill the registry before any work is done
+MAX_PROCESSES = 256
+MAX_CONCURRENCY = 1000
 
 
 class ExitCode:
@@ -44,13 +50,20 @@ class FleetOptions:
     batch: int = 1  # items claimed per claim call
     lease: float = 60.0
     heartbeat: float = 10.0
-    max_attempts: int = 5
+    max_attempts: int = 5  # caps the attempts of every item this fleet claims (and the hive's default for pushes)
     reap_after: float = 60.0
     until_empty: bool = False
     grace: float = 30.0  # seconds in-flight items get to finish after SIGTERM
     max_rate_limit_retries: int = 50  # releases without spending an attempt, per item
     progress: Literal["auto", "bar", "log", "none"] = "auto"
     no_plugins: bool = False
+    allow_large_fleet: bool = False  # lift MAX_PROCESSES / MAX_CONCURRENCY, knowingly
+    metrics_port: int | None = None  # serve Prometheus metrics for the whole fleet here (127.0.0.1)
+    # rate budgets (workhive.budgets): tokens a call is estimated at when the handler gives no
+    # estimate_tokens; the longest a worker waits for a key's budget; learn limits not given
+    token_estimate: float = 0.0
+    budget_wait: float = 30.0
+    learn_limits: bool = False
 
 
 @attrs.frozen
@@ -69,3 +82,5 @@ class FleetReport:
     elapsed: float
     exit_code: int
     reason: str
+    budget_waits: int = 0  # calls that waited for their key's rate budget (workhive.budgets)
+    processes_replaced: int = 0  # worker processes that died, or could not be started, and were replaced

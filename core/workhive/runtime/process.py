@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -37,12 +38,15 @@ from typing import Any
 import attrs
 
 import workhive
-from workhive.errors import ConfigError, WorkerLost, WorkerNotFound, WorkhiveError
+from workhive.errors import ConfigError, InvalidArgument, StorageCorrupt, WorkerLost, WorkerNotFound, WorkhiveError
 from workhive.hive import Hive
+from workhive.models import WorkItem
 from workhive.plugin_manager import PluginManager
+from workhive.redaction import register_url_password
 from workhive.runtime import events as ev
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
+from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.worker import Worker
 
@@ -135,10 +139,16 @@ class ProcessRuntime:
         )
         self.credentials: Any = None
         self.credential_timeout = 30.0
+        self.budgets: Any = None  # workhive.budgets.FleetBudgets when any key has a budget (or limits are learned)
         self.stop_event = asyncio.Event()
         self.workers: list[Worker] = []
         self.exit = _Exit()
         self.idle = IdleWaiter(self)
+        self.gate = IsolationGate()
+        self.heartbeat_failures = 0  # in a row, across this process's workers
+        self.suspects = hive.shared(SUSPECTS)
+        # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
+        self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
 
     # -- state shared with workers -----------------------------------------
     @property
@@ -155,6 +165,37 @@ class ProcessRuntime:
         """Sleep, but wake at once when the process starts stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stop_event.wait(), seconds)
+
+    async def is_suspect(self, item: WorkItem) -> bool:
+        """Was ``item`` running in a process that died beside other items (so it must run alone)?
+
+        Only items given back at least once can be: the supervisor refunds suspects, which
+        counts as a release, so the common path costs no storage call.
+        """
+        if item.releases == 0:
+            return False
+        try:
+            return await self.suspects.get(suspect_key(self.pool.name, item.id)) is not None
+        except WorkhiveError as exc:
+            log.warning("cannot tell whether item %s is a crash suspect (%s); running it alone", item.id, exc)
+            return True
+
+    async def clear_suspect(self, item: WorkItem) -> None:
+        """Forget a suspect that ran alone without taking its process down (best effort: marks expire)."""
+        try:
+            await self.suspects.delete(suspect_key(self.pool.name, item.id))
+        except WorkhiveError as exc:
+            log.debug("clearing the crash-suspect mark of %s failed: %s", item.id, exc)
+
+    def storage_failed(self, exc: WorkhiveError, tries: int) -> None:
+        """Storage keeps failing (or is corrupt): stop this process and tell the supervisor to end the run."""
+        what = (
+            "is corrupt" if isinstance(exc, StorageCorrupt) else f"kept failing ({tries} calls with no item finished)"
+        )
+        reason = f"storage {what}: {type(exc).__name__}: {exc}"
+        log.error("%s; stopping", reason)
+        self.emit(ev.FATAL, ExitCode.FAILURE, reason)
+        self.request_stop(ExitCode.FAILURE, reason)
 
     def worker_unhealthy(self, worker: Worker) -> None:
         log.error(
@@ -178,19 +219,52 @@ class ProcessRuntime:
             await self.credentials.report(credential, getattr(Outcome, outcome), **kwargs)
         except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
             log.warning("reporting %s for credential %s failed: %s", outcome, getattr(credential, "name", "?"), exc)
+        if self.metrics is not None:
+            name = getattr(credential, "name", "-")
+            state = next((c for c in self.credentials.snapshot() if c.name == name), None)
+            self.metrics.observe_credential(
+                name, outcome.lower(), state.state if state else "available", state.until if state else None
+            )
+
+    def token_estimate(self, item: WorkItem) -> float:
+        """Tokens the call for ``item`` is estimated at: the handler's ``estimate_tokens(data)``, else the default.
+
+        ``InvalidArgument`` when the handler's estimate is not a number >= 0.
+        """
+        estimate = getattr(self.handler.function, "estimate_tokens", None)
+        if estimate is None:
+            return self.options.token_estimate
+        value = estimate(item.data)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise InvalidArgument(
+                f"{self.handler.spec}.estimate_tokens returned {value!r} for item {item.id}; "
+                "it must return a number of tokens >= 0"
+            )
+        return float(value)
+
+    async def budget_feedback(self, method: Any, *args: Any) -> None:
+        """Tell the budgets how a call went; a storage hiccup here never costs the item."""
+        try:
+            await method(*args)
+        except WorkhiveError as exc:
+            log.warning("updating the rate budget failed: %s", exc)
 
     # -- lifecycle ----------------------------------------------------------
     async def _setup_credentials(self) -> None:
         if not self.options.credentials:
             return
         self.credentials = build_credentials(self.options, self.hive)
+        self.budgets = build_budgets(self.options, self.hive, self.credentials)
+        if self.budgets is not None:
+            # Waiting for budget is part of acquiring a key: let it take as long as the budget wait.
+            self.credential_timeout = max(self.credential_timeout, self.options.budget_wait)
 
     async def _heartbeat_loop(self) -> None:
         interval = self.options.heartbeat
         while True:
             await asyncio.sleep(interval)
             for worker in list(self.workers):
-                if worker.lost:
+                if worker.lost or not worker.registered:
                     continue
                 try:
                     await self.hive.workers.heartbeat(worker.worker_id)
@@ -198,7 +272,15 @@ class ProcessRuntime:
                     worker.lost = True
                 except WorkhiveError as exc:
                     # Missing one beat is harmless as long as the next one lands before reap_after.
-                    log.warning("heartbeat of %s failed: %s", worker.worker_id, exc)
+                    # Say it once per streak: a store that stays down would otherwise fill the log.
+                    self.heartbeat_failures += 1
+                    (log.warning if self.heartbeat_failures == 1 else log.debug)(
+                        "heartbeat of %s failed: %s", worker.worker_id, exc
+                    )
+                else:
+                    if self.heartbeat_failures:
+                        log.warning("heartbeats land again after %d failures", self.heartbeat_failures)
+                        self.heartbeat_failures = 0
 
     async def _watch_empty(self) -> None:
         while not self.stopping:
@@ -214,10 +296,10 @@ class ProcessRuntime:
         Returns the process exit code (0 after a clean stop). The caller owns the hive.
         """
         await self._setup_credentials()
-        for slot in range(max(1, self.options.concurrency)):
-            worker = Worker(self, slot)
-            await worker.register()
-            self.workers.append(worker)
+        # One registration proves the storage works (READY); the other workers register as
+        # they start, so work begins at once however large --concurrency is.
+        self.workers = [Worker(self, slot) for slot in range(max(1, self.options.concurrency))]
+        await self.workers[0].register()
         self.emit(ev.READY, os.getpid())
         heartbeat = asyncio.create_task(self._heartbeat_loop())
         watcher = asyncio.create_task(self._watch_empty()) if stop_when_empty else None
@@ -250,6 +332,8 @@ class ProcessRuntime:
             if watcher is not None:
                 watcher.cancel()
             for worker in self.workers:
+                if not worker.registered:
+                    continue
                 try:
                     await worker.deregister()
                 except WorkhiveError as exc:
@@ -276,8 +360,55 @@ def build_credentials(options: FleetOptions, hive: Hive) -> Any:
     )
 
 
+def metrics_enabled(options: FleetOptions) -> bool:
+    """Whether this process counts for ``--metrics-port`` (the supervisor set up the shared directory)."""
+    from workhive.metrics import ENV
+
+    return options.metrics_port is not None and bool(os.environ.get(ENV))
+
+
+def build_budgets(options: FleetOptions, hive: Hive, credentials: Any) -> Any:
+    """The fleet's ``FleetBudgets``, or None when no key has a budget and limits are not learned.
+
+    ``ConfigError`` when budgets are configured on a storage backend without the
+    ``TakesBudget`` capability (naming its plugin), or when the fleet's default
+    token estimate could never fit a key's tpm/tpd budget.
+    """
+    if credentials is None:
+        if options.learn_limits:
+            raise ConfigError("learn_limits (--learn-limits) learns each key's limit: give keys with --credentials")
+        return None
+    from workhive.budgets import BUDGET_NAMESPACE, FleetBudgets, TakesBudget
+    from workhive.errors import BudgetUnsatisfiable
+
+    keys = [s for s in credentials.credentials()]
+    if not options.learn_limits and all(getattr(c, "budget", None) is None or c.budget.empty for c in keys):
+        return None
+    if not isinstance(hive.storage, TakesBudget):
+        plugin = (hive.storage_url or "").split(":", 1)[0] or type(hive.storage).__name__
+        raise ConfigError(
+            f"rate budgets are configured (credential budgets or --learn-limits), but the storage plugin "
+            f"{plugin!r} ({type(hive.storage).__name__}) cannot keep them: it does not implement "
+            "workhive.budgets.TakesBudget. Use a backend that does (memory, sqlite, redis) or drop the budgets",
+            plugin=plugin,
+        )
+    budgets = FleetBudgets(hive.storage, hive.shared(BUDGET_NAMESPACE), keys, learn=options.learn_limits)
+    try:
+        budgets.check_tokens(options.token_estimate)
+    except BudgetUnsatisfiable as exc:
+        raise ConfigError(f"--token-estimate: {exc}") from None
+    return budgets
+
+
 def _open_hive(options: FleetOptions) -> Hive:
-    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn")
+    register_url_password(options.storage)
+    register_url_password(options.locks)
+    extra: list[tuple[str, object]] = []
+    if metrics_enabled(options):
+        from workhive.metrics import MetricsPlugin
+
+        extra.append(("workhive-metrics", MetricsPlugin()))
+    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra)
     return workhive.open(
         options.storage,
         locks=options.locks,

@@ -21,6 +21,8 @@ from typing import IO, Literal
 
 import attrs
 
+from workhive.redaction import scrub
+
 __all__ = ["FleetProgress", "format_line", "renderer_for", "LogRenderer", "LineRenderer"]
 
 log = logging.getLogger("workhive.runtime.progress")
@@ -30,8 +32,10 @@ log = logging.getLogger("workhive.runtime.progress")
 class FleetProgress:
     """A snapshot of a running fleet.
 
-    Counts are for this run (items done/retried/poisoned/released by this
-    fleet); ``pending``/``delayed``/``claimed`` are the pool's, from storage.
+    ``done``/``poisoned`` are the pool's progress since the run began and
+    ``pending``/``delayed``/``claimed`` what it has left, all from one storage
+    snapshot (so they add up); ``failed``/``released`` are this fleet's counts.
+    ``last_errors`` maps the last few failing items to their last error.
     ``rate`` is items finished per second over the last few seconds; ``eta``
     is seconds until the pool's remaining items are through at that rate
     (None when unknown). ``rate_limited`` maps credential names to 429s seen,
@@ -53,7 +57,10 @@ class FleetProgress:
     workers: int
     rate_limited: dict[str, int] = attrs.field(factory=dict)
     disabled: dict[str, str] = attrs.field(factory=dict)
+    last_errors: dict[str, str] = attrs.field(factory=dict)  # item id -> its last error, most recent last
     final: bool = False
+    budget_waits: int = 0  # calls that waited for their key's rate budget (instead of calling into a 429)
+    budget_wait_seconds: float = 0.0
 
     @property
     def remaining(self) -> int:
@@ -80,11 +87,17 @@ def format_line(p: FleetProgress) -> str:
     parts.append(speed)
     if p.rate_limited:
         parts.append("429s " + " ".join(f"{k}={v}" for k, v in sorted(p.rate_limited.items())))
+    if p.budget_waits:
+        parts.append(f"budget waits {p.budget_waits} ({p.budget_wait_seconds / p.budget_waits:.2f}s avg)")
     if p.disabled:
         parts.append("disabled " + ",".join(sorted(p.disabled)))
     parts.append(f"{p.processes} procs")
     parts.append(_duration(p.elapsed))
-    return " | ".join(parts)
+    if p.last_errors:
+        item_id, error = list(p.last_errors.items())[-1]
+        error = " ".join(error.split())  # one line, whatever the handler raised
+        parts.append(f"last error {item_id}: {error if len(error) <= 100 else error[:99] + '…'}")
+    return scrub(" | ".join(parts))
 
 
 class LogRenderer:

@@ -5,6 +5,10 @@ itself. Its loop ticks a few times a second:
 
 * children's events (JSON lines on one pipe per child) are tallied as they
   arrive, so the final ``FleetReport`` counts what the workers did;
+* children are started a few per tick (``SPAWN_PER_TICK``), so signals and
+  events are handled while a large fleet starts; any failure to start a child
+  or to hand it its configuration (``BrokenPipeError`` from one that died
+  first) is that child's death, never the fleet's;
 * a child that exits unexpectedly is restarted. One that dies before it
   became ready counts as a start-up failure: ``MAX_STARTUP_FAILURES`` in a
   row (a handler that cannot be imported in the child, storage that cannot be
@@ -12,7 +16,12 @@ itself. Its loop ticks a few times a second:
   reason. Restarts of children that did run are delayed with backoff and
   bounded by ``MAX_RESTARTS_PER_MINUTE``. The dead child's workers are
   released at once (attempt spent: the item may be what killed it) instead
-  of waiting for the reaper;
+  of waiting for the reaper. An item that ran alone in the dead process
+  spends its attempt (it is the culprit, or was there when something else
+  killed it); when several ran, none does: each is marked a suspect and runs
+  alone from then on (``runtime.isolation``), so innocents are not poisoned
+  beside a killer. After a second signal nothing is spent: the operator
+  stopped the processes, and the report says what was put back;
 * with ``min_processes < max_processes`` the fleet grows by one process while
   the ready backlog exceeds what the running processes can hold in flight,
   and shrinks by one (a graceful SIGTERM) after ``SCALE_DOWN_IDLE`` seconds
@@ -20,8 +29,13 @@ itself. Its loop ticks a few times a second:
 * lost workers are reaped every ``reap_after / 2`` seconds by whichever
   supervisor holds the ``workhive:reaper`` lock (one reaper fleet-wide;
   without a lock provider it reaps anyway, since reaping is idempotent);
+* workers on this host whose process is gone (PID check, ``workhive.liveness``)
+  are reaped every ``GONE_EVERY`` seconds, without waiting for ``reap_after``;
 * ``until_empty``: once the pool has nothing pending, delayed or claimed,
-  the children are stopped and the run ends with ``ExitCode.DRAINED``.
+  the children are stopped and the run ends with ``ExitCode.DRAINED``;
+* a storage fault that lasts (statistics reads failing ``MAX_STORAGE_FAILURES``
+  times in a row with doubling pauses, or a corrupt store at once) ends the run
+  with ``ExitCode.FAILURE`` and the fault as its one reason.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -42,12 +57,15 @@ from typing import Any
 
 import attrs
 
-from workhive.errors import LockTimeout, WorkhiveError
+from workhive.errors import LockTimeout, StorageCorrupt, WorkhiveError
 from workhive.hive import Hive
+from workhive.liveness import reap_gone
 from workhive.models import ItemState, PoolStats, WorkerStatus
+from workhive.redaction import scrub, scrub_data
 from workhive.runtime import events as ev
+from workhive.runtime.isolation import SUSPECT_TTL, SUSPECTS, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
-from workhive.runtime.process import EXIT_UNHEALTHY, options_to_json
+from workhive.runtime.process import EXIT_UNHEALTHY, metrics_enabled, options_to_json
 from workhive.runtime.progress import FleetProgress
 
 __all__ = ["Supervisor"]
@@ -61,6 +79,13 @@ MAX_STARTUP_FAILURES = 3
 MAX_RESTARTS_PER_MINUTE = 30
 SCALE_DOWN_IDLE = 5.0
 SCALE_UP_EVERY = 2.0
+SPAWN_PER_TICK = 4
+GONE_EVERY = 1.0  # how often local workers' PIDs are checked (a dead one is reaped at once)
+LAST_ERRORS = 3  # failing items whose last error the progress display keeps
+#: statistics reads failing this many times in a row (with doubling pauses up to
+#: STORAGE_RETRY_MAX seconds between them) end the run: a fault that lasts is not waited out forever
+MAX_STORAGE_FAILURES = 8
+STORAGE_RETRY_MAX = 5.0
 REAPER_LOCK = "workhive:reaper"
 
 
@@ -73,8 +98,12 @@ class _Child:
     retiring: bool = False
     eof: bool = False
     fatal: tuple[int, str] | None = None
+    config_failed: str | None = None  # why its configuration could not be written, if it could not
     worker_ids: set[str] = attrs.field(factory=set)
     running: dict[str, tuple[str, int]] = attrs.field(factory=dict)  # worker id -> (item id, token) it last started
+    alone: tuple[str, int] | None = None  # the claim last started alone (a crash suspect), until another starts
+    # claims started here whose outcome (done, failed, poisoned) has not been reported yet: item id -> token
+    unreported: dict[str, int] = attrs.field(factory=dict)
     buffer: bytes = b""
 
 
@@ -109,6 +138,8 @@ class Supervisor:
     ) -> None:
         self.options = options
         self.hive = hive
+        # workhive.metrics when serving --metrics-port (fleet.py set it up), else None
+        self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
         self.pool = hive.pool(options.pool)
         self.on_progress = on_progress
         self.log_level = log_level
@@ -116,6 +147,7 @@ class Supervisor:
         self.children: dict[int, _Child] = {}
         self.reaped = 0
         self.lost_with_process = 0
+        self.replaced = 0  # worker processes that died (or could not be started) and were replaced
         lo = options.min_processes if options.min_processes is not None else options.processes
         hi = options.max_processes if options.max_processes is not None else max(options.processes, lo)
         self.min_processes, self.max_processes = lo, hi
@@ -128,6 +160,12 @@ class Supervisor:
         self.restart_at = 0.0
         self.started = time.monotonic()
         self.stats: PoolStats | None = None
+        self.storage_failures = 0
+        self.left_to_expire = 0  # dead workers whose claims could not be released
+        self.put_back = 0  # claims released after a second signal
+        self._attempts: dict[str, int] = {}  # item id -> its attempts, for claims of a dead child
+        self.last_errors: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._baseline: PoolStats | None = None  # the pool when the run began: progress counts from it
         self._history: collections.deque[tuple[float, int]] = collections.deque()
         self._last_scale_up = 0.0
         self._idle_since: float | None = None
@@ -135,10 +173,8 @@ class Supervisor:
         self._env = _child_env()
 
     # -- children -----------------------------------------------------------
-    def _spawn(self) -> None:
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        cmd = [
+    def _command(self, write_fd: int) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "workhive.runtime",
@@ -147,16 +183,48 @@ class Supervisor:
             "--log-level",
             self.log_level,
         ]
+
+    def _popen(self, cmd: list[str], write_fd: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(write_fd,), env=self._env)
+
+    def _spawn(self) -> None:
+        """Start one worker process and hand it its configuration.
+
+        Any failure here is that child's death, never the fleet's: a process that could not
+        be started counts as a start-up failure (bounded by ``MAX_STARTUP_FAILURES``); one
+        that died before it read its configuration (``BrokenPipeError``) is reaped and
+        replaced like any other dead child.
+        """
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(write_fd,), env=self._env)
+            proc = self._popen(self._command(write_fd), write_fd)
+        except OSError as exc:
+            os.close(read_fd)
+            self._startup_failed(f"could not start a worker process: {type(exc).__name__}: {exc}")
+            return
         finally:
             os.close(write_fd)
-        assert proc.stdin is not None
-        proc.stdin.write((json.dumps(options_to_json(self.options)) + "\n").encode())
-        proc.stdin.flush()  # stdin stays open: its EOF tells the child that we died
         child = _Child(proc=proc, fd=read_fd, started_at=time.monotonic())
         self.children[proc.pid] = child
         asyncio.get_running_loop().add_reader(read_fd, self._read_events, child)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write((json.dumps(options_to_json(self.options)) + "\n").encode())
+            proc.stdin.flush()  # stdin stays open: its EOF tells the child that we died
+        except OSError as exc:
+            # The child is gone (or going) before it got its configuration: make sure it is,
+            # and let _reap_children replace it like any dead child.
+            child.config_failed = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(OSError):
+                proc.kill()
+
+    def _startup_failed(self, why: str) -> None:
+        self.startup_failures += 1
+        log.error("%s", why)
+        self.restart_at = time.monotonic() + 0.5 * self.startup_failures
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
+            self._finish(ExitCode.FAILURE, f"worker processes cannot start ({self.startup_failures} in a row): {why}")
 
     def _read_events(self, child: _Child) -> None:
         while True:
@@ -176,12 +244,23 @@ class Supervisor:
             child.buffer = lines.pop()
             for line in lines:
                 if line:
-                    self._on_event(child, json.loads(line))
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        log.warning("worker process %d sent an unreadable event; ignoring it", child.proc.pid)
+                        continue
+                    self._on_event(child, event)
 
     def _on_event(self, child: _Child, event: list[Any]) -> None:
+        event = scrub_data(event)  # children scrub too; this also covers a child without the secret
         kind = event[0]
         if kind == ev.START:
             child.running[event[1]] = (event[2], int(event[3]))
+            child.unreported[event[2]] = int(event[3])
+            # A claim started alone runs with nothing beside it: if the process dies before
+            # another START, it is the culprit, whatever finished-but-unacknowledged claims
+            # the other workers still hold.
+            child.alone = child.running[event[1]] if len(event) > 4 and event[4] else None
             return
         if kind == ev.READY:
             child.ready = True
@@ -192,6 +271,15 @@ class Supervisor:
             child.worker_ids.discard(event[1])
         elif kind == ev.FATAL:
             child.fatal = (int(event[1]), str(event[2]))
+        elif kind == ev.DONE:
+            for item_id in event[2:]:
+                child.unreported.pop(str(item_id), None)
+        elif kind in (ev.FAILED, ev.POISONED) and len(event) >= 4:
+            child.unreported.pop(str(event[2]), None)
+            self.last_errors[str(event[2])] = str(event[3])
+            self.last_errors.move_to_end(str(event[2]))
+            while len(self.last_errors) > LAST_ERRORS:
+                self.last_errors.popitem(last=False)
         self.tally.apply(event)
 
     def _signal_children(self, sig: int, children: list[_Child] | None = None) -> None:
@@ -215,35 +303,43 @@ class Supervisor:
             await self._on_child_exit(child, code)
 
     async def _on_child_exit(self, child: _Child, code: int) -> None:
+        if code not in (0, EXIT_UNHEALTHY) and child.unreported:
+            await self._count_unreported(child)
+        if self.metrics is not None:
+            # Its in-flight gauge no longer counts; its counters stay in the fleet's totals.
+            self.metrics.mark_process_dead(child.proc.pid)
         clean = code in (0, EXIT_UNHEALTHY)
+        interrupted = self.result is not None and self.result[0] == ExitCode.INTERRUPTED
         if not clean and child.worker_ids:
             # The process is dead, so none of its claims can complete: put them back now rather
-            # than wait for the reaper. The item each worker was running spends its attempt (it may
-            # be what killed the process, and must be poisoned after max_attempts); claimed items
-            # it had not started yet get theirs back.
+            # than wait for the reaper. After a second signal the operator stopped it, not an
+            # item: everything it held goes back without spending an attempt.
+            running = [] if interrupted else await self._running_at_death(child)
+            if child.alone is not None and child.alone in running:
+                running = [child.alone]  # it ran alone: the others had finished, whatever storage says
+            if len(running) == 1:
+                # It ran alone: it is what killed the process (or was there when something else
+                # did). It spends its attempt, and is poisoned after max_attempts.
+                await self._spend_attempt(child, code, running[0])
+            elif running:
+                # Several items ran: the culprit is unknown. Each gets its attempt back and runs
+                # alone from now on, so that the next death names the item that causes it.
+                await self._suspect(child, code, running)
             for worker_id in child.worker_ids:
                 try:
-                    running = child.running.get(worker_id)
-                    if running is not None:
-                        state = await self.hive.storage.fail(
-                            self.options.pool,
-                            running[0],
-                            running[1],
-                            f"worker process {child.proc.pid} died (exit status {code}) while running this item",
-                            0.0,
-                            False,
-                        )
-                        if state is ItemState.POISONED:
-                            self.tally.poisoned += 1
-                        elif state is not None:
-                            self.tally.failed += 1
-                    await self.hive.storage.release_by_worker(None, worker_id, False)
+                    # Claimed items it had not started yet (and refunded suspects) get their attempt back.
+                    released = await self.hive.storage.release_by_worker(None, worker_id, False)
+                    if interrupted:
+                        self.tally.released += released
+                        self.put_back += released
                     await self.hive.storage.set_worker_status(
                         worker_id, WorkerStatus.STOPPED, f"process {child.proc.pid} died (exit status {code})"
                     )
                 except WorkhiveError as exc:
+                    self.left_to_expire += 1
                     log.warning("releasing the items of dead worker %s failed (the reaper will): %s", worker_id, exc)
-            self.lost_with_process += len(child.worker_ids)
+            if not interrupted:
+                self.lost_with_process += len(child.worker_ids)
         if self.stopping or child.retiring:
             return
         if child.fatal is not None:
@@ -253,7 +349,7 @@ class Supervisor:
         # unreadable config) will do so again: give up after a few. One killed by a
         # signal (an operator, the OOM killer, a chaos test) says nothing about the
         # start-up itself, so it is restarted under the restart-rate limit below.
-        if not child.ready and code >= 0:
+        if not child.ready and code >= 0 and child.config_failed is None:
             self.startup_failures += 1
             log.error("worker process %d exited with status %d before it was ready", child.proc.pid, code)
             self.restart_at = time.monotonic() + 0.5 * self.startup_failures
@@ -275,9 +371,90 @@ class Supervisor:
                 f"last exit status {code})",
             )
             return
-        why = "was unhealthy" if code == EXIT_UNHEALTHY else f"died (exit status {code})"
+        if child.config_failed is not None:
+            why = f"could not be given its configuration ({child.config_failed})"
+        elif code == EXIT_UNHEALTHY:
+            why = "was unhealthy"
+        else:
+            why = f"died (exit status {code})"
         log.warning("worker process %d %s; starting a replacement", child.proc.pid, why)
+        self.replaced += 1
         self.restart_at = max(self.restart_at, now + min(5.0, 0.05 * 2 ** len(self.restarts)))
+
+    async def _count_unreported(self, child: _Child) -> None:
+        """Completions the dead child committed but died before reporting: storage says DONE under its token.
+
+        A process can die between committing a batch of completions and telling the
+        supervisor (a handler's ``os._exit`` in another thread, a SIGKILL); counting them
+        here keeps the report in agreement with storage.
+        """
+        for item_id, token in list(child.unreported.items()):
+            try:
+                item = await self.hive.storage.get(self.options.pool, item_id)
+            except WorkhiveError as exc:
+                log.debug("reading item %s of a dead worker failed: %s", item_id, exc)
+                continue
+            if item is not None and item.state is ItemState.DONE and item.token == token:
+                self.tally.done += 1
+        child.unreported.clear()
+
+    async def _running_at_death(self, child: _Child) -> list[tuple[str, int]]:
+        """The claims the dead child was running: started there, and still claimed under that token."""
+        found: list[tuple[str, int]] = []
+        for worker_id in child.worker_ids:
+            started = child.running.get(worker_id)
+            if started is None:
+                continue
+            try:
+                item = await self.hive.storage.get(self.options.pool, started[0])
+            except WorkhiveError as exc:
+                log.warning("reading item %s of a dead worker failed: %s", started[0], exc)
+                found.append(started)  # assume it was running: it is put back either way
+                continue
+            if item is not None and item.state is ItemState.CLAIMED and item.token == started[1]:
+                found.append(started)
+                self._attempts[started[0]] = item.attempts
+        return found
+
+    async def _spend_attempt(self, child: _Child, code: int, claim: tuple[str, int]) -> None:
+        # The fleet's max_attempts caps what it claims (as the workers do for handler failures).
+        capped = self._attempts.pop(claim[0], 0) >= self.options.max_attempts
+        try:
+            state = await self.hive.storage.fail(
+                self.options.pool,
+                claim[0],
+                claim[1],
+                f"worker process {child.proc.pid} died (exit status {code}) while running this item alone",
+                0.0,
+                capped,
+            )
+        except WorkhiveError as exc:
+            log.warning("failing item %s of a dead worker failed (the reaper will): %s", claim[0], exc)
+            return
+        if state is ItemState.POISONED:
+            self.tally.poisoned += 1
+        elif state is not None:
+            self.tally.failed += 1
+
+    async def _suspect(self, child: _Child, code: int, claims: list[tuple[str, int]]) -> None:
+        suspects = self.hive.shared(SUSPECTS)
+        for item_id, _ in claims:
+            try:
+                await suspects.put(
+                    suspect_key(self.options.pool, item_id),
+                    {"pid": child.proc.pid, "exit": code, "beside": len(claims) - 1},
+                    ttl=SUSPECT_TTL,
+                )
+            except WorkhiveError as exc:
+                log.warning("marking item %s as a crash suspect failed: %s", item_id, exc)
+        log.warning(
+            "worker process %d died (exit status %d) running %d items: %s get their attempt back and each runs "
+            "alone from now on, until the one that kills its process is known",
+            child.proc.pid,
+            code,
+            len(claims),
+            ", ".join(item_id for item_id, _ in claims),
+        )
 
     def _finish(self, code: int, reason: str) -> None:
         if self.result is None:
@@ -300,11 +477,23 @@ class Supervisor:
             )
             self._finish(ExitCode.STOPPED, f"stopped by {name}")
         else:
-            self.result = (ExitCode.INTERRUPTED, f"interrupted by a second {name}; claims left to expire")
+            self.result = (ExitCode.INTERRUPTED, f"interrupted by a second {name}")
             self._signal_children(signal.SIGTERM)  # their second signal: exit at once
             self._wakeup.set()
 
     # -- periodic work ------------------------------------------------------
+    async def _reap_gone(self) -> None:
+        try:
+            # Workers on this host whose process is gone (a fleet SIGKILLed beside us): at once,
+            # not after reap_after. Our own children are handled when they exit.
+            gone = await reap_gone(self.hive, exclude_pids=set(self.children))
+        except WorkhiveError as exc:
+            log.debug("checking local workers' processes failed: %s", exc)
+            gone = []
+        for worker in gone:
+            log.warning("worker %s's process is gone: %d item(s) released", worker.worker_id, worker.released)
+        self.reaped += len(gone)
+
     async def _reap_workers(self) -> None:
         try:
             async with self.hive.lock(REAPER_LOCK, timeout=0, worker_id=f"supervisor-{os.getpid()}"):
@@ -355,25 +544,37 @@ class Supervisor:
             self._signal_children(signal.SIGTERM, [victim])
 
     def _progress(self, final: bool = False) -> None:
+        """Report progress. Done/poisoned/left come from one storage snapshot, so they add up."""
         if self.on_progress is None:
             return
         now = time.monotonic()
-        finished = self.tally.done + self.tally.poisoned
+        stats = self.stats
+        base = self._baseline
+        if stats is not None and base is not None:
+            done = max(0, stats.done - base.done)
+            poisoned = max(0, stats.poisoned - base.poisoned)
+        else:
+            done, poisoned = self.tally.done, self.tally.poisoned
+        finished = done + poisoned
         self._history.append((now, finished))
         while len(self._history) > 2 and now - self._history[0][0] > 10.0:
             self._history.popleft()
         t0, f0 = self._history[0]
-        rate = (finished - f0) / (now - t0) if now - t0 > 0.5 else 0.0
-        stats = self.stats
+        elapsed = now - self.started
+        if final or now - t0 <= 0.5:
+            # A run (or a window) too short for a windowed rate: the average over the whole run.
+            rate = finished / elapsed if elapsed > 0 else 0.0
+        else:
+            rate = (finished - f0) / (now - t0)
         pending, delayed, claimed = (stats.pending, stats.delayed, stats.claimed) if stats else (0, 0, 0)
         remaining = pending + delayed + claimed
         self.on_progress(
             FleetProgress(
                 pool=self.options.pool,
-                elapsed=now - self.started,
-                done=self.tally.done,
+                elapsed=elapsed,
+                done=done,
                 failed=self.tally.failed,
-                poisoned=self.tally.poisoned,
+                poisoned=poisoned,
                 released=self.tally.released,
                 rate=rate,
                 eta=remaining / rate if rate > 0 else None,
@@ -384,7 +585,10 @@ class Supervisor:
                 workers=sum(len(c.worker_ids) for c in self.children.values()),
                 rate_limited=dict(self.tally.rate_limited),
                 disabled=dict(self.tally.disabled),
+                last_errors=dict(self.last_errors),
                 final=final,
+                budget_waits=self.tally.budget_waits,
+                budget_wait_seconds=self.tally.budget_wait_seconds,
             )
         )
 
@@ -398,6 +602,10 @@ class Supervisor:
                 handled.append(sig)
         try:
             await self._loop()
+        except Exception as exc:
+            # Never a silent exit: whatever escaped the loop is the run's reason, in the report.
+            log.exception("the supervisor failed")
+            self.result = (ExitCode.FAILURE, f"the supervisor failed: {type(exc).__name__}: {exc}")
         finally:
             for sig in handled:
                 loop.remove_signal_handler(sig)
@@ -407,12 +615,13 @@ class Supervisor:
                     with contextlib.suppress(Exception):
                         child.proc.wait(timeout=2.0)
                 await self._reap_children()
+        if not self.storage_failures:  # a store that is failing is not asked once more
+            with contextlib.suppress(Exception):
+                self.stats = await self.pool.stats()  # the final progress line shows the pool as it ended
         return self._report()
 
     async def _loop(self) -> None:
-        for _ in range(self.target):
-            self._spawn()
-        next_stats = next_reap = next_progress = 0.0
+        next_stats = next_reap = next_progress = next_gone = 0.0
         reap_every = max(0.5, self.options.reap_after / 2)
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -430,12 +639,19 @@ class Supervisor:
                     return
                 continue
             if now >= next_stats:
-                next_stats = now + STATS_EVERY
                 try:
                     self.stats = await self.pool.stats()
                 except WorkhiveError as exc:
-                    log.warning("reading pool statistics failed: %s", exc)
+                    next_stats = now + self._storage_fault(exc)
+                    continue
                 else:
+                    next_stats = now + STATS_EVERY
+                    if self._baseline is None:
+                        self._baseline = self.stats
+                    if self.storage_failures:
+                        log.warning("storage answers again after %d failed reads", self.storage_failures)
+                        self.storage_failures = 0
+                    await self._sample_metrics()
                     if self.options.until_empty and self.stats.pending + self.stats.delayed + self.stats.claimed == 0:
                         self._finish(ExitCode.DRAINED, "the pool drained")
                         continue
@@ -443,17 +659,67 @@ class Supervisor:
             if now >= next_reap:
                 next_reap = now + reap_every
                 await self._reap_workers()
+            if now >= next_gone:
+                next_gone = now + GONE_EVERY
+                await self._reap_gone()
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY
                 self._progress()
-            active = sum(1 for c in self.children.values() if not c.retiring)
-            if active < self.target and now >= self.restart_at and self.result is None:
+            # A few children per tick: signals, events and the stop flag are handled between
+            # batches, so SIGTERM during the start of a large fleet acts at once.
+            for _ in range(SPAWN_PER_TICK):
+                active = sum(1 for c in self.children.values() if not c.retiring)
+                if active >= self.target or time.monotonic() < self.restart_at or self.result is not None:
+                    break
                 self._spawn()
+
+    async def _sample_metrics(self) -> None:
+        """With --metrics-port: the storage gauges (pool depth, oldest age, workers), fleet-wide."""
+        if self.metrics is None:
+            return
+        try:
+            await self.metrics.sample(self.hive, [self.options.pool])
+        except WorkhiveError as exc:  # a missed sample is not worth stopping the fleet for
+            log.debug("sampling metrics failed: %s", exc)
+
+    def _storage_fault(self, exc: WorkhiveError) -> float:
+        """One failed statistics read: warn once, back off, and give up after a bounded number in a row.
+
+        A corrupt database does not heal: the run ends at once. Anything else (a full disk, a
+        locked or unreachable store) is retried ``MAX_STORAGE_FAILURES`` times with doubling
+        pauses (about half a minute in all) before the run ends with the reason. Returns the
+        seconds until the next try.
+        """
+        self.storage_failures += 1
+        if isinstance(exc, StorageCorrupt):
+            self._finish(ExitCode.FAILURE, f"storage is corrupt: {exc}")
+            return STATS_EVERY
+        if self.storage_failures >= MAX_STORAGE_FAILURES:
+            self._finish(
+                ExitCode.FAILURE,
+                f"storage kept failing ({self.storage_failures} reads in a row): {type(exc).__name__}: {exc}",
+            )
+            return STATS_EVERY
+        pause = min(STORAGE_RETRY_MAX, STATS_EVERY * 2**self.storage_failures)
+        (log.warning if self.storage_failures == 1 else log.debug)(
+            "reading pool statistics failed (%s: %s); retrying, the run ends after %d failures in a row",
+            type(exc).__name__,
+            exc,
+            MAX_STORAGE_FAILURES,
+        )
+        return pause
 
     def _report(self) -> FleetReport:
         code, reason = (
             self.result if self.result is not None else (ExitCode.FAILURE, "the supervisor stopped unexpectedly")
         )
+        if code == ExitCode.INTERRUPTED:
+            # Say what storage now holds: what was put back, and what (if anything) waits for its lease.
+            reason += f"; {self.put_back} in-flight or claimed item(s) put back without spending an attempt"
+            if self.left_to_expire:
+                reason += (
+                    f"; the claims of {self.left_to_expire} worker(s) could not be released and expire with their lease"
+                )
         with contextlib.suppress(Exception):
             self._progress(final=True)
         return FleetReport(
@@ -466,7 +732,9 @@ class Supervisor:
             disabled_credentials=dict(self.tally.disabled),
             workers_started=self.tally.workers_started,
             workers_lost=self.tally.workers_lost + self.reaped + self.lost_with_process,
+            processes_replaced=self.replaced,
             elapsed=time.monotonic() - self.started,
             exit_code=code,
-            reason=reason,
+            reason=scrub(reason),
+            budget_waits=self.tally.budget_waits,
         )

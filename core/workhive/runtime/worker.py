@@ -33,14 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from workhive.errors import (
     AuthFailed,
+    InvalidArgument,
     InvalidItem,
     LeaseLost,
     NoCredentialAvailable,
     Permanent,
     RateLimited,
+    StorageCorrupt,
     WorkhiveError,
 )
 from workhive.models import ItemState, WorkerRegistration, WorkerStatus, WorkItem
+from workhive.pool import error_text
 from workhive.runtime import events as ev
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.health import WorkerHealth
@@ -58,6 +61,12 @@ log = logging.getLogger("workhive.runtime.worker")
 #: and drops back to one item as soon as they do not (slow calls keep one claim at a time)
 ADAPTIVE_MAX_CLAIM = 32
 FAST_HANDLER_SECONDS = 0.002
+
+#: storage calls failing this many times with no item finished in between (claims pausing,
+#: doubling up to CLAIM_RETRY_MAX seconds) mean the fault lasts: the process stops and the
+#: fleet ends with the fault as its reason
+MAX_STORAGE_FAULTS = 8
+CLAIM_RETRY_MAX = 5.0
 
 #: completions are sent in one ``complete_many`` at the end of a claimed batch,
 #: or sooner once the oldest waiting one is this old (slow handlers in a batch)
@@ -77,6 +86,8 @@ class Worker:
         self.worker_id = new_worker_id(slot)
         self.health = WorkerHealth(runtime.health_policy)
         self.lost = False  # set by the heartbeat when the registry says we were reaped
+        self.registered = False
+        self.storage_faults = 0  # storage calls that failed since an item last finished
         self.unhealthy = False
         self._acks: list[tuple[WorkItem, Any]] = []
         self._adaptive = runtime.options.batch == 1
@@ -92,6 +103,7 @@ class Worker:
             "capabilities": (f"handler={rt.handler.spec}", f"slot={self.slot}"),
         }
         await rt.hive.workers.register(WorkerRegistration(**fields))
+        self.registered = True
         rt.emit(ev.WORKER, self.worker_id)
 
     async def reregister(self) -> None:
@@ -115,6 +127,18 @@ class Worker:
         pool = rt.pool
         idle = True
         while not rt.stopping:
+            if not self.registered:
+                try:
+                    await self.register()
+                except WorkhiveError as exc:
+                    log.warning("worker %s: registering failed: %s", self.worker_id, exc)
+                    self.health.failure()
+                    await rt.sleep(min(5.0, 0.1 * 2**self.health.consecutive_failures))
+                    if self.health.exhausted:
+                        self.unhealthy = True
+                        rt.worker_unhealthy(self)
+                        return
+                    continue
             if self.lost:
                 await self.reregister()
             pause = self.health.pause_seconds()
@@ -136,12 +160,16 @@ class Worker:
             try:
                 items = await pool.claim_many(self.claim_size, self.worker_id, lease=rt.options.lease)
             except WorkhiveError as exc:
-                # storage hiccup (locked database, connection drop): back off, count it against health
-                log.warning("worker %s: claim failed: %s", self.worker_id, exc)
+                # A storage hiccup (locked database, connection drop) passes: back off, count it
+                # against health. One that lasts (a full disk, a corrupt file) ends the process
+                # with the fault as its reason, after a bounded number of tries in a row.
+                if self._storage_fault("claim", exc):
+                    return
                 self.health.failure()
-                await rt.sleep(min(5.0, 0.1 * 2**self.health.consecutive_failures))
+                await rt.sleep(min(CLAIM_RETRY_MAX, 0.1 * 2**self.storage_faults))
                 continue
             if not items:
+                self.storage_faults = 0  # storage answered and there is nothing to do: no fault
                 if not idle:
                     idle = True
                     await self._status(WorkerStatus.IDLE, None)
@@ -152,6 +180,21 @@ class Worker:
                 idle = False
                 await self._status(WorkerStatus.BUSY, None)
             await self._run_batch(items)
+
+    def _storage_fault(self, action: str, exc: WorkhiveError) -> bool:
+        """Count a failed storage call; True (and the process stops) once the fault has lasted.
+
+        The count resets only when an item finishes (or a claim finds the pool empty): a store
+        that takes small claims but refuses every completion (a full disk) still ends the run.
+        """
+        self.storage_faults += 1
+        (log.warning if self.storage_faults == 1 else log.debug)(
+            "worker %s: %s failed (%d storage failures in a row): %s", self.worker_id, action, self.storage_faults, exc
+        )
+        if isinstance(exc, StorageCorrupt) or self.storage_faults >= MAX_STORAGE_FAULTS:
+            self.rt.storage_failed(exc, self.storage_faults)
+            return True
+        return False
 
     async def _status(self, status: WorkerStatus, detail: str | None) -> None:
         try:
@@ -173,9 +216,6 @@ class Worker:
                     for rest in items[index:]:
                         await self._release(rest, delay=0.0)
                     break
-                # Tell the supervisor which claim is running: if this process dies, only
-                # that item's attempt is spent; the rest of the batch is refunded.
-                self.rt.emit(ev.START, self.worker_id, item.id, item.token)
                 ran += 1
                 await self._run_one(item)
                 if self._acks and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS:
@@ -195,13 +235,13 @@ class Worker:
         try:
             accepted = await self.rt.pool.complete_many(acks)
         except WorkhiveError as exc:
-            log.error(
-                "worker %s: completing %d items failed (their leases will expire): %s", self.worker_id, len(acks), exc
-            )
+            self._storage_fault(f"completing {len(acks)} item(s) (their leases will expire)", exc)
             return
         done = sum(accepted)
         if done:
-            self.rt.emit(ev.DONE, done)
+            self.storage_faults = 0
+            # With the ids: if this process dies now, the supervisor knows which were counted.
+            self.rt.emit(ev.DONE, done, *(item.id for (item, _), ok in zip(acks, accepted) if ok))
         if done != len(acks):
             refused = [item.id for (item, _), ok in zip(acks, accepted) if not ok]
             log.info(
@@ -212,11 +252,57 @@ class Worker:
 
     # -- one item -----------------------------------------------------------
     async def _run_one(self, item: WorkItem) -> None:
+        # An item that was running when its process died beside others runs alone here, so
+        # that if it is the one that kills processes, the next death names it (see isolation).
+        suspect = await self.rt.is_suspect(item)
+        async with self.rt.gate.exclusive() if suspect else self.rt.gate.shared():
+            # Tell the supervisor which claim is running: if this process dies, only the
+            # items running then are in question; the rest of the batch is refunded.
+            # ``alone`` tells the supervisor nothing else runs in this process until it ends.
+            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if suspect else 0)
+            await self._run_claimed(item)
+        if suspect:
+            await self.rt.clear_suspect(item)  # it ran alone and its process lived: not the killer
+
+    async def _acquire_budgeted(self, item: WorkItem) -> tuple[Any, Any]:
+        """A key and its reserved budget: the key that can go soonest, then the least recently used.
+
+        Waits (bounded by ``--budget-wait``) for the reservation's time rather than calling into a 429.
+        """
+        rt = self.rt
+        tokens = rt.token_estimate(item)
+        reservation: Any = None
+
+        async def choose(candidates: list[Any]) -> tuple[int | None, float]:
+            nonlocal reservation
+            found, wait = await rt.budgets.reserve(candidates, tokens=tokens, max_wait=rt.options.budget_wait)
+            if found is None:
+                return None, max(0.01, wait)  # none can be reserved yet: ask again then
+            reservation = found
+            return candidates.index(found.credential), 0.0
+
+        credential = await rt.credentials.acquire(timeout=rt.credential_timeout, choose=choose)
+        if reservation.wait > 0:
+            rt.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), getattr(credential, "name", "-"))
+            await rt.sleep(reservation.wait)
+        return credential, reservation
+
+    async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
         credential = None
+        reservation = None
         if rt.credentials is not None:
             try:
-                credential = await rt.credentials.acquire(timeout=rt.credential_timeout)
+                if rt.budgets is not None:
+                    credential, reservation = await self._acquire_budgeted(item)
+                else:
+                    credential = await rt.credentials.acquire(timeout=rt.credential_timeout)
+            except InvalidArgument as exc:
+                # The handler's token estimate is not a number, or can never fit the key's
+                # budget (BudgetUnsatisfiable): no retry can help this item.
+                log.warning("worker %s: item %s: %s", self.worker_id, item.id, exc)
+                await self._fail(item, exc, poison=True)
+                return
             except NoCredentialAvailable as exc:
                 # Every key is cooling down or disabled: hand the item back unspent and let
                 # the process decide whether the fleet can go on at all.
@@ -226,18 +312,30 @@ class Worker:
                 await self._release(item, delay=delay)
                 rt.no_credentials(exc)
                 return
+        if rt.stopping and credential is not None:
+            # Stopped while waiting for budget: the call was never made; give the item back unspent.
+            rt.credentials.release(credential)
+            await self._release(item, delay=0.0)
+            return
+        ctx = HandlerContext(
+            item=item,
+            pool=rt.pool,
+            hive=rt.hive,
+            worker_id=self.worker_id,
+            credential=credential,
+            logger=rt.handler_logger,
+        )
         try:
-            ctx = HandlerContext(
-                item=item,
-                pool=rt.pool,
-                hive=rt.hive,
-                worker_id=self.worker_id,
-                credential=credential,
-                logger=rt.handler_logger,
-            )
+            started = time.perf_counter()
             try:
-                result = await rt.handler(ctx, rt.executor)
+                try:
+                    result = await rt.handler(ctx, rt.executor)
+                finally:
+                    if rt.metrics is not None:
+                        rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
             except RateLimited as exc:
+                if reservation is not None:
+                    await rt.budget_feedback(rt.budgets.rate_limited, reservation)
                 await self._rate_limited(item, credential, exc)
             except AuthFailed as exc:
                 await self._auth_failed(item, credential, exc)
@@ -264,6 +362,8 @@ class Worker:
                         return
                 if credential is not None:
                     await rt.report_credential(credential, "OK")
+                if reservation is not None:
+                    await rt.budget_feedback(rt.budgets.succeeded, reservation)
                 self.health.success()
                 if not self._acks:
                     self._oldest_ack = time.monotonic()
@@ -271,6 +371,8 @@ class Worker:
         finally:
             if credential is not None:
                 rt.credentials.release(credential)  # type: ignore[union-attr]
+            if reservation is not None and ctx.usage is not None:
+                await rt.budget_feedback(rt.budgets.report_usage, reservation, ctx.usage)
 
     async def _rate_limited(self, item: WorkItem, credential: Any, exc: RateLimited) -> None:
         rt = self.rt
@@ -313,19 +415,28 @@ class Worker:
             log.info("worker %s: %s", self.worker_id, exc)
             return
         except WorkhiveError as exc:
-            log.error("worker %s: releasing item %s failed (its lease will expire): %s", self.worker_id, item.id, exc)
+            self._storage_fault(f"releasing item {item.id} (its lease will expire)", exc)
             return
         self.rt.emit(ev.RELEASED, 1)
+        if self.rt.metrics is not None:
+            self.rt.metrics.observe_released(self.rt.pool.name)
 
     async def _fail(
         self, item: WorkItem, error: BaseException | str, *, poison: bool = False, retry_after: float | None = None
     ) -> None:
+        # --max-attempts applies to what this fleet claims, whatever budget the item was pushed with.
+        capped = not poison and item.attempts >= self.rt.options.max_attempts < item.max_attempts
+        text = error_text(error)
+        if capped:
+            text += f" (poisoned after {item.attempts} attempts: the fleet's max_attempts)"
         try:
-            state = await self.rt.pool.fail(item, error, poison=poison, retry_after=retry_after)
+            state = await self.rt.pool.fail(item, text, poison=poison or capped, retry_after=retry_after)
         except LeaseLost as exc:
             log.info("worker %s: %s", self.worker_id, exc)
             return
         except WorkhiveError as exc:
-            log.error("worker %s: failing item %s failed (its lease will expire): %s", self.worker_id, item.id, exc)
+            self._storage_fault(f"failing item {item.id} (its lease will expire)", exc)
             return
-        self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1)
+        self.storage_faults = 0
+        # The last error of each failing item goes to the supervisor's progress display.
+        self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1, item.id, text[:300])

@@ -68,13 +68,22 @@ HOSTILE_NAMES = [
 
 
 class _NoStorage:
-    """Stands in for a storage backend: ``Hive.lock`` never touches storage."""
+    """Stands in for a storage backend: ``Hive.lock`` never touches storage beyond open and close."""
+
+    capabilities: frozenset[str] = frozenset()
 
     async def open(self) -> None:
         return None
 
     async def close(self) -> None:
         return None
+
+    def __getattr__(self, name: str) -> Any:
+        # Every other method of the protocol exists (Hive() checks) and must not be called.
+        async def untouched(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"Hive.lock called storage.{name}")
+
+        return untouched
 
 
 class LockContract:

@@ -16,23 +16,33 @@ PENDING/POISONED), the model accepts both and adopts what it observes.
         def make_backend(self, clock, tmp_path):
             return MyBackend(f"mystore:///{tmp_path}/db", clock=clock)
 
-The backend must honour the injected clock (``ManualClock``). Hypothesis rules
-are synchronous, so the machine owns an asyncio loop and runs each call on it.
+The model test runs on every backend: ``make_backend`` always receives a
+``ManualClock``. An embedded backend takes it as ``clock=``; a server backend
+(time from its database) takes ``clock_offset=clock.offset`` and adds the
+offset to its server's time, so the model moves every backend's clock.
+Hypothesis rules are synchronous, so the machine owns an asyncio loop and
+runs each call on it.
+
+Profiles (registered on import, chosen with ``HYPOTHESIS_PROFILE``): ``ci``
+is derandomised (the same examples on every run, so a catch never depends on
+a lucky seed); ``deep`` runs many more and longer examples, for a backend
+author's opt-in hunt.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import pathlib
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
 import attrs
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument as HypothesisInvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from workhive.errors import LeaseLost, WorkerLost
@@ -47,8 +57,41 @@ __all__ = ["StorageStatefulContract"]
 T = TypeVar("T")
 POOLS = ("p", "q")
 WORKERS = ("w1", "w2")
+DEDUP_KEYS = ("k1", "k2")
 MAX_ATTEMPTS = 3
 REAP_AFTER = 20.0
+
+PROFILES = {
+    # derandomize: the examples are a function of the test, never of the run.
+    "ci": {"derandomize": True, "database": None, "deadline": None},
+    "deep": {"deadline": None},
+}
+
+
+def register_profiles() -> None:
+    """Register the ``ci`` and ``deep`` profiles (unless the project registered its own) and load the chosen one."""
+    for name, options in PROFILES.items():
+        try:
+            settings.get_profile(name)
+        except HypothesisInvalidArgument:
+            settings.register_profile(name, **options)  # type: ignore[arg-type]
+    chosen = os.environ.get("HYPOTHESIS_PROFILE")
+    if chosen in PROFILES:  # another name is the project's own, loaded by its own conftest
+        settings.load_profile(chosen)
+
+
+register_profiles()
+
+
+def model_settings(profile: str, max_examples: int, steps: int) -> settings:
+    """The model test's settings under ``profile``: ours for ci/deep even if a project registered its own."""
+    return settings(
+        settings(),
+        **PROFILES.get(profile, {"deadline": None}),  # type: ignore[arg-type]
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
 
 
 @attrs.define
@@ -66,6 +109,12 @@ class _Item:
     claimed_by: str | None = None
     lease_expires_at: float | None = None
     lease_seconds: float | None = None
+    dedup_key: str | None = None
+    finished_at: float | None = None
+    releases: int = 0
+    #: the backend's own time from which it is (or will be) claimable, as last read: on a server
+    #: clock two items due at the same model time are ordered by when the backend set them
+    seen_at: float | None = None
 
 
 @attrs.define
@@ -76,6 +125,11 @@ class _Worker:
 
 class _StorageMachine(RuleBasedStateMachine):
     """Subclassed per test run with ``new_backend`` bound to the contract's ``make_backend``."""
+
+    #: how far a backend's reported times may lie ahead of the model's (0: the backend runs on the ManualClock)
+    tol: float = 0.0
+    #: every duration the model uses is a multiple of this (> 2 * tol, so boundaries never blur)
+    scale: float = 1.0
 
     def new_backend(self, clock: ManualClock) -> StorageBackend:
         raise NotImplementedError
@@ -88,12 +142,18 @@ class _StorageMachine(RuleBasedStateMachine):
             self.new_backend(self.clock), manager=PluginManager(entry_points=False), max_attempts=MAX_ATTEMPTS
         )
         self.run(self.hive.open())
+        # A server backend's time is its server's clock plus clock.offset(): the model's times
+        # start from it (a whole number, so sums stay exact) and it runs ahead of them by the
+        # real time an example takes, always less than tol.
+        self.base = 0.0 if not self.tol else float(math.floor(self.run(self.hive.now()) - self.clock()))
         self.items: dict[str, _Item] = {}
         self.claims: list[WorkItem] = []  # every claim ever returned, stale ones included
         self.workers: dict[str, _Worker] = {}
+        self.purged: dict[str, str] = {}  # id -> pool of every purged item
         for worker_id in WORKERS:
             record = self.run(self.hive.workers.register(worker_id=worker_id, pools=POOLS))
-            self.workers[worker_id] = _Worker(record.last_heartbeat)
+            assert self.close(record.last_heartbeat, self.now)
+            self.workers[worker_id] = _Worker(self.now)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -106,7 +166,13 @@ class _StorageMachine(RuleBasedStateMachine):
 
     @property
     def now(self) -> float:
-        return self.clock()
+        return self.clock() + self.base
+
+    def close(self, seen: float | None, want: float | None) -> bool:
+        """A time the backend reported equals the model's (within ``tol`` on a server clock)."""
+        if seen is None or want is None:
+            return seen is want
+        return seen == want if not self.tol else abs(seen - want) <= self.tol
 
     # -- model helpers --------------------------------------------------------
     def pick_claim(self, i: int) -> WorkItem:
@@ -117,9 +183,10 @@ class _StorageMachine(RuleBasedStateMachine):
 
     def holds(self, claim: WorkItem) -> bool:
         """Whether ``claim`` is still the live, unexpired claim of its item."""
-        m = self.items[claim.id]
+        m = self.items.get(claim.id)
         return (
-            m.state is ItemState.CLAIMED
+            m is not None
+            and m.state is ItemState.CLAIMED
             and m.token == claim.token
             and m.lease_expires_at is not None
             and m.lease_expires_at > self.now
@@ -133,8 +200,27 @@ class _StorageMachine(RuleBasedStateMachine):
         m.available_at = available_at
         m.claimed_by = m.lease_expires_at = m.lease_seconds = None
 
+    def finish(self, m: _Item, state: ItemState, at: float) -> None:
+        m.state, m.finished_at = state, at
+        m.lease_expires_at = m.lease_seconds = None
+
+    def adopt_expiry(self, m: _Item, seen: WorkItem) -> None:
+        """The backend settled ``m``'s expired lease (lazily): check it is the settlement the contract allows."""
+        where = f"item {m.id} (model {m}, backend {seen})"
+        assert m.lease_expires_at is not None
+        if m.attempts >= m.max_attempts:
+            assert seen.state is ItemState.POISONED, f"exhausted expired item not poisoned: {where}"
+            assert seen.finished_at is not None, where
+            assert m.lease_expires_at - self.tol <= seen.finished_at <= self.now + self.tol, where
+            self.finish(m, ItemState.POISONED, seen.finished_at)
+        else:
+            assert seen.state is ItemState.PENDING, f"expired item neither claimed nor pending: {where}"
+            self.unclaim(m, m.lease_expires_at)  # available from its expiry, not from when it was noticed
+
     def candidates(self, pool: str) -> list[_Item]:
-        return [
+        """Claimable items of ``pool`` in claim order (priority, then available time, then push order)."""
+        order = {item_id: n for n, item_id in enumerate(self.items)}
+        found = [
             m
             for m in self.items.values()
             if m.pool == pool
@@ -143,6 +229,53 @@ class _StorageMachine(RuleBasedStateMachine):
                 or (self.expired(m) and m.attempts < m.max_attempts)
             )
         ]
+        return sorted(found, key=lambda m: (-m.priority, self.order_time(m), order[m.id]))
+
+    def order_time(self, m: _Item) -> float:
+        return m.seen_at if self.tol and m.seen_at is not None else self.available_since(m)
+
+    def available_since(self, m: _Item) -> float:
+        if m.state is ItemState.CLAIMED:
+            assert m.lease_expires_at is not None
+            return m.lease_expires_at
+        return m.available_at
+
+    def give_back(self, m: _Item, spend: bool) -> str:
+        """release_by_worker / reap on one held item; returns "released", "poisoned" or "either" (expired)."""
+        if self.expired(m):
+            seen = self.run(self.hive.storage.get(m.pool, m.id))
+            assert seen is not None, f"item {m.id} vanished"
+            where = f"item {m.id} (model {m}, backend {seen})"
+            if seen.state is ItemState.CLAIMED:
+                return "either"  # left for lazy settlement; the invariant checks it later
+            if seen.state is ItemState.POISONED:
+                assert m.attempts >= m.max_attempts or (spend and m.attempts >= m.max_attempts), where
+                assert seen.finished_at is not None and m.lease_expires_at is not None, where
+                assert m.lease_expires_at - self.tol <= seen.finished_at <= self.now + self.tol, where
+                self.finish(m, ItemState.POISONED, seen.finished_at)
+                return "either"
+            assert seen.state is ItemState.PENDING, where
+            if seen.attempts == m.attempts - 1 and not spend:  # released by the call: refunded, ready now
+                assert self.close(seen.available_at, self.now), where
+                m.attempts -= 1
+                m.releases += 1
+                self.unclaim(m, self.now)
+            else:  # settled as an expiry, or released with the attempt spent
+                assert seen.attempts == m.attempts, where
+                expiry = m.lease_expires_at
+                assert expiry is not None
+                at_expiry = self.close(seen.available_at, expiry)
+                assert at_expiry or self.close(seen.available_at, self.now), where
+                self.unclaim(m, expiry if at_expiry else self.now)
+            return "either"
+        if not spend:
+            m.attempts -= 1
+            m.releases += 1
+        if spend and m.attempts >= m.max_attempts:
+            self.finish(m, ItemState.POISONED, self.now)
+            return "poisoned"
+        self.unclaim(m, self.now)
+        return "released"
 
     # -- rules ----------------------------------------------------------------
     @rule(
@@ -150,17 +283,45 @@ class _StorageMachine(RuleBasedStateMachine):
         priority=st.integers(0, 2),
         delay=st.sampled_from([0.0, 0.0, 5.0]),
         max_attempts=st.integers(1, MAX_ATTEMPTS),
+        key=st.sampled_from((None, None, *DEDUP_KEYS)),
     )
-    def push(self, pool: str, priority: int, delay: float, max_attempts: int) -> None:
+    def push(self, pool: str, priority: int, delay: float, max_attempts: int, key: str | None) -> None:
         item_id = self.run(
-            self.hive.pool(pool).push(len(self.items), priority=priority, delay=delay, max_attempts=max_attempts)
+            self.hive.pool(pool).push(
+                len(self.items), priority=priority, delay=delay * self.scale, max_attempts=max_attempts, dedup_key=key
+            )
         )
+        if key is not None:
+            holders = [
+                m
+                for m in self.items.values()
+                if m.pool == pool and m.dedup_key == key and m.state in (ItemState.PENDING, ItemState.CLAIMED)
+            ]
+            if item_id in {m.id for m in holders}:
+                return
+            for m in holders:  # a new item: only if no holder is live any more
+                assert self.expired(m) and m.attempts >= m.max_attempts, (
+                    f"push with dedup key {key!r} made item {item_id} while {m.id} ({m.state}) holds the key"
+                )
+                seen = self.run(self.hive.storage.get(pool, m.id))
+                assert seen is not None and seen.state is ItemState.POISONED, (
+                    f"push with dedup key {key!r} made a new item while {m.id} still holds it"
+                )
+                self.adopt_expiry(m, seen)
         assert item_id not in self.items, "push returned the id of an existing item"
+        assert item_id not in self.purged, "push reused the id of a purged item"
         pushed = self.run(self.hive.storage.get(pool, item_id))
         assert pushed is not None
         self.items[item_id] = _Item(
-            item_id, pool, priority, max_attempts, token=pushed.token, available_at=self.now + delay
+            item_id,
+            pool,
+            priority,
+            max_attempts,
+            token=pushed.token,
+            available_at=self.now + delay * self.scale,
+            dedup_key=key,
         )
+        assert self.close(pushed.available_at, self.items[item_id].available_at), pushed
 
     @rule(
         pool=st.sampled_from(POOLS),
@@ -169,23 +330,23 @@ class _StorageMachine(RuleBasedStateMachine):
         n=st.integers(1, 3),
     )
     def claim(self, pool: str, worker: str, lease: float, n: int) -> None:
+        lease *= self.scale
         candidates = self.candidates(pool)
         claimed = self.run(self.hive.pool(pool).claim_many(n, worker, lease=lease))
-        assert len(claimed) == min(n, len(candidates)), (
-            f"claim_many({n}) returned {len(claimed)} items; the model has {len(candidates)} claimable"
+        assert [i.id for i in claimed] == [m.id for m in candidates[:n]], (
+            f"claim_many({n}) returned {[i.id for i in claimed]}; in claim order the model has "
+            f"{[m.id for m in candidates]}"
         )
-        remaining = {m.id: m for m in candidates}
-        for item in claimed:
-            assert item.id in remaining, f"claimed {item.id}, which is not claimable (or was claimed twice)"
-            best = max(m.priority for m in remaining.values())
-            m = remaining.pop(item.id)
-            assert m.priority == best, f"claimed priority {m.priority} while priority {best} was claimable"
+        for item, m in zip(claimed, candidates):
             assert item.token > m.token, "a claim must raise the fencing token"
+            assert self.close(item.available_at, self.available_since(m)), f"claimed {item} keeps its available time"
+            m.available_at = self.available_since(m)
             m.state, m.claimed_by, m.token = ItemState.CLAIMED, worker, item.token
             m.attempts += 1
             m.lease_seconds, m.lease_expires_at = lease, self.now + lease
             assert (item.state, item.attempts, item.claimed_by) == (ItemState.CLAIMED, m.attempts, worker)
-            assert item.lease_expires_at == m.lease_expires_at
+            assert self.close(item.lease_expires_at, m.lease_expires_at), item
+            assert (item.lease_seconds, item.releases) == (lease, m.releases), item
             self.claims.append(item)
 
     @precondition(lambda self: self.claims)
@@ -195,15 +356,14 @@ class _StorageMachine(RuleBasedStateMachine):
         pool = self.hive.pool(claim.pool)
         if self.holds(claim):
             self.run(pool.complete(claim, {"i": i} if with_result else None))
-            m = self.items[claim.id]
-            m.state = ItemState.DONE
-            m.lease_expires_at = m.lease_seconds = None
+            self.finish(self.items[claim.id], ItemState.DONE, self.now)
         else:
             self.expect_lease_lost(pool.complete(claim))
 
     @precondition(lambda self: self.claims)
     @rule(i=st.integers(0, 10_000), retry_in=st.sampled_from([0.0, 5.0]), poison=st.booleans())
     def fail(self, i: int, retry_in: float, poison: bool) -> None:
+        retry_in *= self.scale
         claim = self.pick_claim(i)
         pool = self.hive.pool(claim.pool)
         if not self.holds(claim):
@@ -213,8 +373,7 @@ class _StorageMachine(RuleBasedStateMachine):
         m = self.items[claim.id]
         if poison or m.attempts >= m.max_attempts:
             assert state is ItemState.POISONED
-            m.state = ItemState.POISONED
-            m.lease_expires_at = m.lease_seconds = None
+            self.finish(m, ItemState.POISONED, self.now)
         else:
             assert state is ItemState.PENDING
             self.unclaim(m, self.now + retry_in)
@@ -222,6 +381,7 @@ class _StorageMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.claims)
     @rule(i=st.integers(0, 10_000), delay=st.sampled_from([0.0, 5.0]))
     def release(self, i: int, delay: float) -> None:
+        delay *= self.scale
         claim = self.pick_claim(i)
         pool = self.hive.pool(claim.pool)
         if not self.holds(claim):
@@ -230,11 +390,13 @@ class _StorageMachine(RuleBasedStateMachine):
         self.run(pool.release(claim, delay=delay))
         m = self.items[claim.id]
         m.attempts -= 1
+        m.releases += 1
         self.unclaim(m, self.now + delay)
 
     @precondition(lambda self: self.claims)
     @rule(i=st.integers(0, 10_000), lease=st.sampled_from([10.0, 30.0]))
     def extend(self, i: int, lease: float) -> None:
+        lease *= self.scale
         claim = self.pick_claim(i)
         pool = self.hive.pool(claim.pool)
         if not self.holds(claim):
@@ -243,19 +405,20 @@ class _StorageMachine(RuleBasedStateMachine):
         expiry = self.run(pool.extend(claim, lease))
         m = self.items[claim.id]
         m.lease_seconds, m.lease_expires_at = lease, self.now + lease
-        assert expiry == m.lease_expires_at
+        assert self.close(expiry, m.lease_expires_at), (expiry, m)
 
     @rule(seconds=st.sampled_from([1.0, 5.0, 11.0, 31.0]))
     def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
+        self.clock.advance(seconds * self.scale)
 
     @precondition(lambda self: self.claims)
     @rule(i=st.integers(0, 10_000))
     def expire(self, i: int) -> None:
         """Move the clock exactly to a claim's expiry: the boundary where it stops being valid."""
-        m = self.items[self.pick_claim(i).id]
-        if m.state is ItemState.CLAIMED and m.lease_expires_at is not None and m.lease_expires_at > self.now:
-            self.clock.advance(m.lease_expires_at - self.now)
+        m = self.items.get(self.pick_claim(i).id)
+        if m is not None and m.state is ItemState.CLAIMED and m.lease_expires_at is not None:
+            if m.lease_expires_at > self.now:
+                self.clock.advance(m.lease_expires_at - self.now)
 
     @rule(worker=st.sampled_from(WORKERS))
     def heartbeat(self, worker: str) -> None:
@@ -267,7 +430,7 @@ class _StorageMachine(RuleBasedStateMachine):
                 return
             raise AssertionError(f"heartbeat of lost worker {worker} did not raise WorkerLost")
         record = self.run(self.hive.workers.heartbeat(worker))
-        assert record.last_heartbeat == self.now
+        assert self.close(record.last_heartbeat, self.now), record
         w.last_heartbeat = self.now
         for m in self.items.values():
             if m.state is ItemState.CLAIMED and m.claimed_by == worker and not self.expired(m):
@@ -281,23 +444,47 @@ class _StorageMachine(RuleBasedStateMachine):
 
     @rule()
     def reap(self) -> None:
-        due = {wid for wid, w in self.workers.items() if not w.lost and self.now - w.last_heartbeat > REAP_AFTER}
-        reaped = self.run(self.hive.workers.reap(threshold=REAP_AFTER))
-        assert {r.worker_id for r in reaped} == due
+        threshold = REAP_AFTER * self.scale
+        live = {wid: self.now - w.last_heartbeat - threshold for wid, w in self.workers.items() if not w.lost}
+        due = {wid for wid, over in live.items() if over > 0 and not (self.tol and over <= self.tol)}
+        # Exactly at the threshold on a server clock the real time an example takes tips it either way.
+        maybe = {wid for wid, over in live.items() if self.tol and abs(over) <= self.tol}
+        reaped = self.run(self.hive.workers.reap(threshold=threshold))
+        got = {r.worker_id for r in reaped}
+        assert due <= got <= due | maybe, f"reap took {sorted(got)}; heartbeats older than {threshold}: {sorted(due)}"
         for r in reaped:
-            held = [m for m in self.items.values() if m.state is ItemState.CLAIMED and m.claimed_by == r.worker_id]
-            live = sum(1 for m in held if not self.expired(m))
-            assert live <= r.released + r.poisoned <= len(held), (
-                f"reap of {r.worker_id} released {r.released} and poisoned {r.poisoned}; it held {len(held)} "
-                f"items ({live} with unexpired leases)"
-            )
+            assert self.close(r.last_heartbeat, self.workers[r.worker_id].last_heartbeat), r
             self.workers[r.worker_id].lost = True
-            for m in held:
-                if m.attempts >= m.max_attempts:
-                    m.state = ItemState.POISONED
-                    m.lease_expires_at = m.lease_seconds = None
-                else:
-                    self.unclaim(m, self.now)
+            held = [m for m in self.items.values() if m.state is ItemState.CLAIMED and m.claimed_by == r.worker_id]
+            outcomes = [self.give_back(m, spend=True) for m in held]
+            self.check_counts(f"reap of {r.worker_id}", outcomes, r.released, r.poisoned)
+
+    @rule(
+        pool=st.one_of(st.none(), st.sampled_from(POOLS)),
+        worker=st.sampled_from(WORKERS),
+        spend=st.booleans(),
+    )
+    def release_by_worker(self, pool: str | None, worker: str, spend: bool) -> None:
+        held = [
+            m
+            for m in self.items.values()
+            if m.state is ItemState.CLAIMED and m.claimed_by == worker and (pool is None or m.pool == pool)
+        ]
+        count = self.run(self.hive.storage.release_by_worker(pool, worker, spend))
+        outcomes = [self.give_back(m, spend) for m in held]
+        sure = sum(1 for o in outcomes if o != "either")
+        assert sure <= count <= len(held), (
+            f"release_by_worker({pool}, {worker}) gave back {count}; it held {len(held)} ({sure} unexpired)"
+        )
+
+    def check_counts(self, what: str, outcomes: list[str], released: int, poisoned: int) -> None:
+        sure_released, sure_poisoned = outcomes.count("released"), outcomes.count("poisoned")
+        either = outcomes.count("either")
+        assert released >= sure_released and poisoned >= sure_poisoned, (
+            f"{what}: released {released} and poisoned {poisoned}; expected at least {sure_released} and "
+            f"{sure_poisoned} (released never counts the poisoned)"
+        )
+        assert released + poisoned <= sure_released + sure_poisoned + either, f"{what}: counted too many"
 
     @rule(pool=st.sampled_from(POOLS), pick=st.one_of(st.none(), st.integers(0, 10_000)))
     def requeue(self, pool: str, pick: int | None) -> None:
@@ -309,17 +496,38 @@ class _StorageMachine(RuleBasedStateMachine):
         ]
         count = self.run(self.hive.pool(pool).requeue(ids))
         chosen = dead if ids is None else [m for m in dead if m.id in ids]
-        for m in chosen:
-            m.state, m.attempts, m.available_at = ItemState.PENDING, 0, self.now
         extra = 0
         if ids is None:
             for m in unsettled:
                 seen = self.run(self.hive.storage.get(pool, m.id))
                 if seen is not None and seen.state is ItemState.PENDING:
-                    m.state, m.attempts, m.available_at = ItemState.PENDING, 0, self.now
-                    m.claimed_by = m.lease_expires_at = m.lease_seconds = None
+                    chosen.append(m)
                     extra += 1
-        assert count == len(chosen) + extra
+        for m in chosen:
+            self.unclaim(m, self.now)
+            m.attempts, m.finished_at = 0, None
+        assert count == len(chosen), f"requeue counted {count}; {len(chosen) - extra} poisoned (+{extra} lazily)"
+
+    @rule(pool=st.sampled_from(POOLS), older_than=st.sampled_from([0.0, 5.0, 30.0]))
+    def purge(self, pool: str, older_than: float) -> None:
+        older_than *= self.scale
+        cutoff = self.now - older_than
+        finished = [
+            (m, m.finished_at - cutoff)
+            for m in self.items.values()
+            if m.pool == pool and m.state in (ItemState.DONE, ItemState.POISONED) and m.finished_at is not None
+        ]
+        due = [m for m, early in finished if early < 0 and not (self.tol and -early <= self.tol)]
+        maybe = [m for m, early in finished if self.tol and abs(early) <= self.tol]
+        count = self.run(self.hive.pool(pool).purge(older_than))
+        assert len(due) <= count <= len(due) + len(maybe), (
+            f"purge(older_than={older_than}) deleted {count}; {len(due)} finished before it"
+        )
+        gone = due + [m for m in maybe if self.run(self.hive.storage.get(pool, m.id)) is None]
+        assert len(gone) == count
+        for m in gone:
+            del self.items[m.id]
+            self.purged[m.id] = m.pool
 
     def expect_lease_lost(self, coro: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -336,72 +544,111 @@ class _StorageMachine(RuleBasedStateMachine):
         for m in self.items.values():
             seen = self.run(self.hive.storage.get(m.pool, m.id))
             assert seen is not None, f"item {m.id} vanished"
+            for other in POOLS:
+                if other != m.pool:
+                    assert self.run(self.hive.storage.get(other, m.id)) is None, f"{m.id} read through pool {other}"
             where = f"item {m.id} (model {m}, backend {seen})"
             assert seen.token == m.token, f"token differs: {where}"
             assert seen.attempts == m.attempts, f"attempts differ: {where}"
+            assert seen.releases == m.releases, f"releases differ: {where}"
             if self.expired(m) and seen.state is not ItemState.CLAIMED:
-                # A lazily settled expiry: adopt it if it is the one the contract allows.
-                if m.attempts >= m.max_attempts:
-                    assert seen.state is ItemState.POISONED, f"exhausted expired item not poisoned: {where}"
-                    m.state = ItemState.POISONED
-                    m.lease_expires_at = m.lease_seconds = None
-                else:
-                    assert seen.state is ItemState.PENDING, f"expired item neither claimed nor pending: {where}"
-                    assert m.lease_expires_at is not None
-                    self.unclaim(m, m.lease_expires_at)
+                self.adopt_expiry(m, seen)
                 continue
             assert seen.state is m.state, f"state differs: {where}"
             if m.state is ItemState.CLAIMED:
                 assert seen.claimed_by == m.claimed_by, f"holder differs: {where}"
-                assert seen.lease_expires_at == m.lease_expires_at, f"lease differs: {where}"
-            elif m.state is ItemState.PENDING and m.available_at > self.now:
-                assert seen.available_at == m.available_at, f"available_at differs: {where}"
+                assert self.close(seen.lease_expires_at, m.lease_expires_at), f"lease differs: {where}"
+                m.seen_at = seen.lease_expires_at
+                assert seen.lease_seconds == m.lease_seconds, f"lease_seconds differs: {where}"
+            elif m.state is ItemState.PENDING:
+                assert self.close(seen.available_at, m.available_at), f"available_at differs: {where}"
+                m.seen_at = seen.available_at
+                assert (seen.claimed_by, seen.lease_expires_at, seen.lease_seconds) == (None, None, None), where
+            else:
+                assert self.close(seen.finished_at, m.finished_at), f"finished_at differs: {where}"
+                assert (seen.lease_expires_at, seen.lease_seconds) == (None, None), where
+        for item_id, pool in self.purged.items():
+            assert self.run(self.hive.storage.get(pool, item_id)) is None, f"purged item {item_id} is back"
 
     @rule()
     def stats(self) -> None:
         # A rule rather than part of the invariant: stats may settle expired
         # leases, which would hide a backend that accepts an expired claim.
-        totals = [self.run(self.hive.storage.stats(p)) for p in POOLS]
-        assert sum(s.total for s in totals) == len(self.items)
-        done = sum(1 for m in self.items.values() if m.state is ItemState.DONE)
-        assert sum(s.done for s in totals) == done
-        claimed = [m for m in self.items.values() if m.state is ItemState.CLAIMED and not self.expired(m)]
-        assert sum(s.claimed for s in totals) >= len(claimed)
+        for pool in POOLS:
+            got = self.run(self.hive.storage.stats(pool))
+            want = {"pending": 0, "delayed": 0, "claimed": 0, "done": 0, "poisoned": 0}
+            ready_since: list[float] = []
+            for m in self.items.values():
+                if m.pool != pool:
+                    continue
+                if m.state is ItemState.PENDING:
+                    ready = m.available_at <= self.now
+                    want["pending" if ready else "delayed"] += 1
+                    if ready:
+                        ready_since.append(m.available_at)
+                elif self.expired(m):  # counted as what it has become
+                    spent = m.attempts >= m.max_attempts
+                    want["poisoned" if spent else "pending"] += 1
+                    if not spent:
+                        assert m.lease_expires_at is not None
+                        ready_since.append(m.lease_expires_at)
+                else:
+                    want[m.state.value] += 1
+            seen = {k: getattr(got, k) for k in want}
+            assert seen == want, f"stats({pool}) = {got}; the model counts {want}"
+            oldest = min(ready_since, default=None)
+            assert self.close(got.oldest_pending_at, oldest), f"stats({pool}).oldest_pending_at: {got}, want {oldest}"
+        have_items = sorted({m.pool for m in self.items.values()})
+        assert self.run(self.hive.pools()) == have_items
 
 
 class StorageStatefulContract:
-    """Subclass and override ``make_backend`` (same signature as ``StorageContract``'s)."""
+    """Subclass and override ``make_backend`` (same signature as ``StorageContract``'s).
 
-    #: the model moves time by hand; a backend on its server's clock cannot run it
-    supports_manual_clock: ClassVar[bool] = True
-    #: examples and steps per example; HYPOTHESIS_PROFILE=ci uses the smaller pair
+    ``clock`` is always a ``ManualClock``: pass it as ``clock=`` (embedded
+    backends) or as ``clock_offset=clock.offset`` (server backends, which also
+    set ``clock_drift``)::
+
+        class TestMyServerModel(StorageStatefulContract):
+            clock_drift = 5.0  # one example never takes longer than this in real time
+
+            def make_backend(self, clock, tmp_path):
+                return MyServerStore(url, clock_offset=clock.offset)
+    """
+
+    #: examples and steps per example, per profile (HYPOTHESIS_PROFILE=ci or deep; anything else: default)
     max_examples: ClassVar[int] = 200
     ci_max_examples: ClassVar[int] = 75
+    deep_max_examples: ClassVar[int] = 2000
     step_count: ClassVar[int] = 50
+    deep_step_count: ClassVar[int] = 100
+    #: 0 for a backend on the ManualClock (``clock=``). A server backend (``clock_offset=clock.offset``)
+    #: sets the most seconds of real time one example may take: its server's clock keeps running,
+    #: so the model compares times within this much, and spaces every duration far beyond it.
+    clock_drift: ClassVar[float] = 0.0
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> StorageBackend:
-        """Return an unopened backend that uses ``clock``."""
+        """Return an unopened backend whose time ``clock`` moves (``clock=clock`` or ``clock_offset=clock.offset``)."""
         raise NotImplementedError("override make_backend() in your StorageStatefulContract subclass")
 
     def test_storage_matches_the_model(self, tmp_path: pathlib.Path) -> None:
-        if not self.supports_manual_clock:
-            pytest.skip("the model test needs a backend that honours an injected clock (supports_manual_clock)")
         contract = self
         runs = itertools.count()
 
+        tolerance = self.clock_drift + 1.0 if self.clock_drift else 0.0
+
         class Machine(_StorageMachine):
+            tol = tolerance
+            scale = float(math.ceil(4 * tolerance)) if tolerance else 1.0
+
             def new_backend(self, clock: ManualClock) -> StorageBackend:
                 directory = tmp_path / f"run-{next(runs)}"
                 directory.mkdir()
                 return contract.make_backend(clock, directory)
 
-        ci = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
-        run_state_machine_as_test(
-            Machine,
-            settings=settings(
-                max_examples=self.ci_max_examples if ci else self.max_examples,
-                stateful_step_count=self.step_count,
-                deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-            ),
-        )
+        profile = os.environ.get("HYPOTHESIS_PROFILE", "")
+        examples, steps = {
+            "ci": (self.ci_max_examples, self.step_count),
+            "deep": (self.deep_max_examples, self.deep_step_count),
+        }.get(profile, (self.max_examples, self.step_count))
+        run_state_machine_as_test(Machine, settings=model_settings(profile, examples, steps))

@@ -11,12 +11,21 @@ through the backend (``get``, ``list_items``, ``stats``) as ground truth::
         def make_backend(self, clock, tmp_path):
             return MyBackend(f"mystore:///{tmp_path}/db", clock=clock)
 
+Hooks: ``make_backend`` (always), ``make_missing_backend`` (the same store
+with ``create=False``) and, for a backend declaring ``"multiprocess"``,
+``multiprocess_store`` (the URL and options another process opens it by).
+
 Capability flags (class attributes) switch optional parts:
 
-* ``supports_manual_clock``: the backend honours an injected clock, so tests
-  move time by hand. Set it False for a backend that uses its database's
-  clock: time-dependent tests then wait in real time with short leases.
+* ``supports_manual_clock``: tests move time by hand through ``clock`` (pass
+  it as ``clock=``, or as ``clock_offset=clock.offset`` on a server backend,
+  which then also sets ``clock_drift``).
+  A second subclass with it False runs the contract on the real clock:
+  time-dependent tests then wait with short leases, exact-boundary tests skip.
 * ``"notify"`` in ``backend.capabilities``: ``wait_for_work`` must wake on push.
+* ``"multiprocess"``: several processes drain one pool (``multiprocess_store``).
+
+The rules and the tests that check each are the table in ``workhive/storage.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import pytest
 import pytest_asyncio
 
 from workhive.errors import (
+    HiveNotFound,
     InvalidArgument,
     InvalidItem,
     InvalidName,
@@ -42,6 +52,7 @@ from workhive.errors import (
 )
 from workhive.hive import Hive
 from workhive.hookspecs import hookimpl
+from workhive.ids import is_item_id
 from workhive.models import Ack, ItemState, Job, ReapedWorker, WorkerStatus, WorkItem
 from workhive.plugin_manager import PluginManager
 from workhive.pool import Pool
@@ -84,11 +95,40 @@ class StorageContract:
     supports_manual_clock: ClassVar[bool] = True
     #: a lease long enough for a test step, in seconds; time-dependent tests
     #: let 1.5 of these pass (by hand, or by sleeping when the clock is real)
-    real_time_lease: ClassVar[float] = 0.3
+    real_time_lease: ClassVar[float] = 1.0
+    #: 0 when the backend runs on the ManualClock itself (``clock=``). A server backend that takes
+    #: ``clock_offset=clock.offset`` sets the most real seconds one test may take: its server's clock
+    #: keeps running, so times are compared within this much and exact-boundary tests skip.
+    clock_drift: ClassVar[float] = 0.0
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> StorageBackend:
         """Return an unopened backend; use ``clock`` as its clock when it is not None."""
         raise NotImplementedError("override make_backend() in your StorageContract subclass")
+
+    def make_missing_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> StorageBackend:
+        """Return an unopened backend for the same store ``make_backend(clock, tmp_path)`` opens, with ``create=False``.
+
+        The contract test calls it first on a place where no hive exists
+        (opening must raise ``HiveNotFound`` and create nothing), then again
+        once ``make_backend`` has created the hive (it must open that hive).
+        """
+        raise NotImplementedError(
+            "override make_missing_backend() in your StorageContract subclass: the same store as make_backend(), "
+            "built with create=False"
+        )
+
+    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
+        """How another process opens one store: ``workhive.open(url, **options)`` (options must pickle).
+
+        Only called when the backend declares ``"multiprocess"``; the store
+        must be fresh and must live under ``tmp_path`` (or a private namespace
+        of yours). The suite opens it in the test process and in each worker
+        process (started with ``spawn``, so the plugin must be installed).
+        """
+        raise NotImplementedError(
+            "the backend declares 'multiprocess': override multiprocess_store() to return the URL (and picklable "
+            "factory options) by which another process opens the same store"
+        )
 
     # -- fixtures -----------------------------------------------------------
     @pytest.fixture
@@ -153,6 +193,16 @@ class StorageContract:
         assert await pool.size() == 1
 
     @pytest.mark.asyncio
+    async def test_item_ids_have_the_documented_shape_and_are_unique_across_pools(self, hive: Hive) -> None:
+        ids = await hive.pool("a").push_many(["x", "y"]) + await hive.pool("b").push_many(["z"])
+        ids.append(await hive.pool("a").push("w", dedup_key="k"))
+        for item_id in ids:
+            assert is_item_id(item_id), f"item id {item_id!r} is not of the workhive.ids shape ('i' + 16 hex digits)"
+        assert len(set(ids)) == len(ids), f"item ids repeat across pools: {ids}"
+        assert await hive.pool("a").push("again", dedup_key="k") == ids[-1]
+        assert await hive.storage.get("a", ids[0].upper()) is None, "a string of another shape is no item"
+
+    @pytest.mark.asyncio
     async def test_claim_takes_a_lease_and_a_token(self, hive: Hive, clock: ManualClock | None) -> None:
         pool = hive.pool("jobs")
         pushed = await pool.get(await pool.push("a"))
@@ -164,7 +214,7 @@ class StorageContract:
         assert item.lease_seconds == 30.0
         assert item.lease_expires_at is not None
         if clock is not None:
-            assert item.lease_expires_at == now + 30.0
+            assert self.same_time(item.lease_expires_at, now + 30.0)
         else:
             assert now + 29.0 < item.lease_expires_at < now + 31.0
         assert await self.raw(hive, "jobs", item.id) == item
@@ -587,7 +637,7 @@ class StorageContract:
         now = await hive.now()
         expiry = await pool.extend(item, lease * 4)
         if clock is not None:
-            assert expiry == now + lease * 4
+            assert self.same_time(expiry, now + lease * 4)
         assert expiry > item.lease_expires_at  # type: ignore[operator]
         assert (await pool.get(item.id)).lease_expires_at == expiry
         await self.elapse(clock, lease * 1.5)  # past the first lease, inside the extended one
@@ -640,7 +690,7 @@ class StorageContract:
         now = await hive.now()
         assert await pool.fail(item, ValueError("bad gateway"), retry_in=lease) is ItemState.PENDING
         after = await pool.get(item.id)
-        assert after.available_at == pytest.approx(now + lease, abs=0.1)
+        assert after.available_at == pytest.approx(now + lease, abs=max(0.1, self.clock_drift))
         assert after.claimed_by is None and after.lease_expires_at is None
         assert await pool.claim("w1") is None
         stats = await pool.stats()
@@ -669,7 +719,10 @@ class StorageContract:
         assert [i.id for i in dead] == ids
         assert all(i.state is ItemState.POISONED and i.error == "dead" for i in dead)
         assert [i.id for i in await pool.dead(limit=2, offset=1)] == ids[1:3]
-        assert await pool.requeue([ids[1], "no-such-id", ids[1]]) == 1
+        with pytest.raises(ItemNotFound, match="no-such-id"):
+            await pool.requeue([ids[1], "no-such-id"])
+        assert (await pool.get(ids[1])).state is ItemState.POISONED  # an unknown id and nothing moves
+        assert await pool.requeue([ids[1], ids[1]]) == 1
         back = await pool.get(ids[1])
         assert back.state is ItemState.PENDING and back.attempts == 0 and back.error == "dead"
         assert back.finished_at is None
@@ -785,6 +838,415 @@ class StorageContract:
         assert (await pool.stats()).oldest_pending_at == first.available_at
 
     # ======================================================================
+    # rules a backend author could otherwise only reverse-engineer
+    # (each test names its rule in storage.py's table: [P3], [L5], ...)
+    # ======================================================================
+    def needs_manual_clock(self, clock: ManualClock | None) -> ManualClock:
+        """The clock, or skip: the test checks an exact boundary that a running clock cannot hit."""
+        if clock is None or self.clock_drift:
+            pytest.skip("checks an exact time boundary: needs a backend on the ManualClock itself")
+        return clock
+
+    def same_time(self, seen: float | None, want: float) -> bool:
+        """A backend time equals an expected one (within ``clock_drift`` when the server's clock runs)."""
+        return seen is not None and (seen == want if not self.clock_drift else abs(seen - want) <= self.clock_drift)
+
+    @pytest.mark.asyncio
+    async def test_claimed_items_equal_a_later_get_field_for_field(self, hive: Hive) -> None:
+        """[C4] what claim returns is what was stored."""
+        pool = hive.pool("jobs")
+        await pool.push_many([Job("a", dedup_key="ka"), Job("b", priority=2), Job("c", max_attempts=2)])
+        for item in await pool.claim_many(3, "w1", lease=25.0):
+            assert await self.raw(hive, "jobs", item.id) == item
+
+    @pytest.mark.asyncio
+    async def test_get_is_scoped_to_its_pool(self, hive: Hive) -> None:
+        """[G1] an id read through another pool is no item there."""
+        item_id = await hive.pool("a").push("x")
+        await hive.pool("b").push("y")
+        assert await hive.storage.get("b", item_id) is None
+        assert await hive.storage.get("never-used", item_id) is None
+        with pytest.raises(ItemNotFound):
+            await hive.pool("b").get(item_id)
+        assert (await hive.storage.get("a", item_id)) is not None
+
+    @pytest.mark.asyncio
+    async def test_acting_through_another_pool_changes_nothing(self, hive: Hive) -> None:
+        """[A1] complete/fail/extend/release name the pool too: the right claim in the wrong pool is refused."""
+        await hive.pool("a").push("mine")
+        item = await self.must_claim(hive.pool("a"))
+        await hive.pool("b").push("other")
+        assert await hive.storage.complete("b", [Ack(item.id, item.token, None)]) == [False]
+        assert await hive.storage.fail("b", item.id, item.token, "x", 0.0, False) is None
+        assert await hive.storage.release("b", item.id, item.token, 0.0) is False
+        assert await hive.storage.extend("b", item.id, item.token, 99.0) is None
+        assert await self.raw(hive, "a", item.id) == item
+
+    @pytest.mark.asyncio
+    async def test_an_expired_claim_cannot_fail_or_release(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[A1] the lease check guards every settling call, not only complete."""
+        pool = hive.pool("jobs")
+        await pool.push("x")
+        item = await self.must_claim(pool, lease=lease)
+        await self.elapse(clock, lease * 1.5)
+        with pytest.raises(LeaseLost):
+            await pool.fail(item, "late", retry_in=0)
+        with pytest.raises(LeaseLost):
+            await pool.release(item)
+        again = await self.must_claim(pool, "w2")
+        assert again.id == item.id and again.attempts == 2 and again.releases == 0 and again.error is None
+
+    @pytest.mark.asyncio
+    async def test_a_lease_ends_exactly_at_its_expiry(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[A1][C1] at ``now == lease_expires_at`` the claim is refused everywhere and the item is claimable."""
+        manual = self.needs_manual_clock(clock)
+        pool = hive.pool("jobs")
+        await pool.push_many(["a", "b"])
+        a = await self.must_claim(pool, "w1", lease=10.0)
+        b = await self.must_claim(pool, "w1", lease=10.0)
+        manual.advance(10.0)
+        assert await hive.now() == a.lease_expires_at == b.lease_expires_at
+        for action in (pool.complete(a), pool.fail(a, "x"), pool.release(a), pool.extend(a, 30.0)):
+            with pytest.raises(LeaseLost):
+                await action
+        await hive.workers.register(worker_id="w1")
+        await hive.workers.heartbeat("w1")  # an expired lease is not renewed, even at the boundary
+        again = await self.must_claim(pool, "w2")
+        assert again.id == a.id and again.attempts == 2
+        assert (await self.must_claim(pool, "w2")).id == b.id
+
+    @pytest.mark.asyncio
+    async def test_a_forged_token_cannot_release_or_extend(self, hive: Hive) -> None:
+        """[A1] the token check guards release and extend as well."""
+        pool = hive.pool("jobs")
+        await pool.push("x")
+        item = await self.must_claim(pool)
+        for forged in (attrs.evolve(item, token=item.token + 1), attrs.evolve(item, token=item.token - 1)):
+            with pytest.raises(LeaseLost):
+                await pool.release(forged)
+            with pytest.raises(LeaseLost):
+                await pool.extend(forged, 500.0)
+        assert await self.raw(hive, "jobs", item.id) == item
+
+    @pytest.mark.asyncio
+    async def test_extend_sets_the_lease_that_heartbeats_renew(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[E1] extend sets lease_seconds too, or the next heartbeat would shrink the lease back."""
+        pool = hive.pool("jobs")
+        await hive.workers.register(worker_id="w1")
+        await pool.push("x")
+        item = await self.must_claim(pool, "w1", lease=lease)
+        await pool.extend(item, lease * 4)
+        assert (await self.raw(hive, "jobs", item.id)).lease_seconds == lease * 4
+        await self.elapse(clock, lease * 1.5)
+        await hive.workers.heartbeat("w1")
+        now = await hive.now()
+        raw = await self.raw(hive, "jobs", item.id)
+        assert raw.lease_seconds == lease * 4
+        assert raw.lease_expires_at == pytest.approx(now + lease * 4, abs=max(0.1, self.clock_drift))
+
+    @pytest.mark.asyncio
+    async def test_an_extended_lease_still_expires(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[E2] after extend the item is claimable again once the new expiry passes (nothing is held forever)."""
+        pool = hive.pool("jobs")
+        await pool.push("x")
+        item = await self.must_claim(pool, "w1", lease=lease)
+        expiry = await pool.extend(item, lease * 2)
+        await self.elapse(clock, lease * 1.5)
+        assert await pool.claim("w2") is None
+        await self.elapse(clock, lease * 1.5)
+        assert await hive.now() > expiry
+        again = await self.must_claim(pool, "w2")
+        assert again.id == item.id and again.attempts == 2 and again.token > item.token
+
+    @pytest.mark.asyncio
+    async def test_a_heartbeaten_lease_still_expires_and_an_expired_one_is_not_renewed(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[W3] heartbeat renews live leases only, and a renewed lease still ends when the beats stop."""
+        a = hive.pool("a")
+        await hive.workers.register(worker_id="w1")
+        await a.push_many(["kept", "dropped"])
+        kept = await self.must_claim(a, "w1", lease=lease * 2)
+        dropped = await self.must_claim(a, "w1", lease=lease)
+        await self.elapse(clock, lease * 1.5)  # dropped has expired, kept has not
+        await hive.workers.heartbeat("w1")
+        assert (await self.must_claim(a, "w2", lease=lease * 100)).id == dropped.id
+        assert await a.claim("w2") is None
+        await self.elapse(clock, lease * 2.5)  # past the renewed lease: the worker stopped beating
+        again = await self.must_claim(a, "w3")
+        assert again.id == kept.id and again.attempts == 2
+
+    @pytest.mark.asyncio
+    async def test_leaving_claimed_clears_the_lease_and_pending_clears_the_holder(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[S1] PENDING never has claimed_by or a lease; DONE/POISONED keep the last holder, not the lease."""
+        pool = hive.pool("jobs")
+        await hive.workers.register(worker_id="w1")
+        failed, released, finished, poisoned, by_worker = await pool.push_many(
+            ["f", "r", "d", Job("p", max_attempts=1), "b"]
+        )
+        other = hive.pool("other")
+        expired = await other.push("e", max_attempts=1)
+        await pool.fail(await self.must_claim(pool, "w1"), "x", retry_in=lease * 100)
+        await pool.release(await self.must_claim(pool, "w1"), delay=lease * 100)
+        await pool.complete(await self.must_claim(pool, "w1"), "ok")
+        await pool.fail(await self.must_claim(pool, "w1"), "x")
+        await self.must_claim(pool, "w1")
+        assert await pool.release_by_worker("w1") == 1
+        await self.must_claim(other, "w9", lease=lease)
+        await self.elapse(clock, lease * 1.5)
+        assert await other.claim("w2") is None  # settles the spent expiry: poisoned
+        for item_id in (failed, released, by_worker):
+            item = await pool.get(item_id)
+            assert item.state is ItemState.PENDING
+            assert (item.claimed_by, item.lease_expires_at, item.lease_seconds) == (None, None, None), item
+        for item_id, state in (
+            (finished, ItemState.DONE),
+            (poisoned, ItemState.POISONED),
+            (expired, ItemState.POISONED),
+        ):
+            item = await (other if item_id == expired else pool).get(item_id)
+            assert item.state is state and item.finished_at is not None
+            assert (item.lease_expires_at, item.lease_seconds) == (None, None), item
+        assert (await pool.get(finished)).claimed_by == "w1"
+        assert (await other.get(expired)).claimed_by == "w9"
+
+    @pytest.mark.asyncio
+    async def test_release_by_worker_of_one_pool_leaves_the_others(self, hive: Hive) -> None:
+        """[R1] release_by_worker(pool) touches that pool only."""
+        a, b = hive.pool("a"), hive.pool("b")
+        await a.push("1")
+        await b.push("2")
+        mine_a = await self.must_claim(a, "w1")
+        mine_b = await self.must_claim(b, "w1")
+        assert await a.release_by_worker("w1") == 1
+        assert (await a.get(mine_a.id)).state is ItemState.PENDING
+        assert await self.raw(hive, "b", mine_b.id) == mine_b
+        await b.complete(mine_b)
+        assert await b.release_by_worker("w1") == 0
+
+    @pytest.mark.asyncio
+    async def test_release_by_worker_counts_refunds_as_releases(self, hive: Hive) -> None:
+        """[R2] a refunded claim counts in ``releases`` (as ``release`` does); a spent one does not."""
+        pool = hive.pool("jobs")
+        refunded_id, spent_id = await pool.push_many(["r", "s"])
+        await self.must_claim(pool, "w1")
+        assert await pool.release_by_worker("w1", spend_attempt=False) == 1
+        refunded = await pool.get(refunded_id)
+        assert (refunded.attempts, refunded.releases) == (0, 1)
+        claimed = await pool.claim_many(2, "w2")
+        assert sorted(i.id for i in claimed) == sorted([refunded_id, spent_id])
+        assert await pool.release_by_worker("w2", spend_attempt=True) == 2
+        assert ((await pool.get(refunded_id)).attempts, (await pool.get(refunded_id)).releases) == (1, 1)
+        assert ((await pool.get(spent_id)).attempts, (await pool.get(spent_id)).releases) == (1, 0)
+
+    @pytest.mark.asyncio
+    async def test_purge_ages_items_by_when_they_finished(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[U1] an old item that finished just now is young: purge goes by finished_at, never created_at."""
+        pool = hive.pool("jobs")
+        item_id = await pool.push("old")
+        await self.elapse(clock, lease * 3)
+        await pool.complete(await self.must_claim(pool))
+        assert await pool.purge(older_than=lease) == 0
+        assert (await pool.get(item_id)).state is ItemState.DONE
+        await self.elapse(clock, lease * 1.5)
+        assert await pool.purge(older_than=lease) == 1
+        assert await hive.pools() == []
+
+    @pytest.mark.asyncio
+    async def test_purge_takes_only_items_finished_more_than_older_than_ago(
+        self, hive: Hive, clock: ManualClock | None
+    ) -> None:
+        """[U1] at exactly ``older_than`` seconds after finishing an item stays; a moment later it goes."""
+        manual = self.needs_manual_clock(clock)
+        pool = hive.pool("jobs")
+        await pool.push("x")
+        await pool.complete(await self.must_claim(pool))
+        manual.advance(30.0)
+        assert await pool.purge(older_than=30.0) == 0
+        manual.advance(0.5)
+        assert await pool.purge(older_than=30.0) == 1
+
+    @pytest.mark.asyncio
+    async def test_requeue_restores_the_dedup_key(self, hive: Hive) -> None:
+        """[Q2] a requeued item is live again, so it holds its dedup key again."""
+        pool = hive.pool("jobs")
+        item_id = await pool.push("x", dedup_key="k")
+        await pool.fail(await self.must_claim(pool), "boom", poison=True)
+        assert await pool.requeue([item_id]) == 1
+        assert await pool.push("y", dedup_key="k") == item_id
+        assert (await pool.stats()).pending == 1
+
+    @pytest.mark.asyncio
+    async def test_an_expired_claim_is_available_from_its_expiry_not_from_when_it_is_noticed(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[X2] settled at any later time, an expired claim queues as if it had come back at its expiry."""
+        pool = hive.pool("jobs")
+        await pool.push("abandoned")
+        abandoned = await self.must_claim(pool, "w1", lease=lease)
+        await self.elapse(clock, lease * 1.5)  # expired at lease; nobody has looked yet
+        newer = await pool.push("pushed after the expiry")
+        await self.elapse(clock, lease)
+        again = await self.must_claim(pool, "w2")
+        assert again.id == abandoned.id, "the expired claim came back at its expiry, before the newer push"
+        assert again.available_at == abandoned.lease_expires_at
+        assert (await self.must_claim(pool, "w2")).id == newer
+
+    @pytest.mark.asyncio
+    async def test_stats_counts_an_expired_claim_as_what_it_has_become(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[T2] an expired lease is never counted as claimed: pending (ready since its expiry) or poisoned if spent."""
+        pool = hive.pool("jobs")
+        await pool.push_many(["retry", Job("spent", max_attempts=1), "held"])
+        retry = await self.must_claim(pool, "w1", lease=lease)
+        await self.must_claim(pool, "w1", lease=lease)
+        await self.must_claim(pool, "w1", lease=lease * 100)
+        await self.elapse(clock, lease * 1.5)
+        stats = await pool.stats()
+        assert (stats.pending, stats.delayed, stats.claimed, stats.done, stats.poisoned) == (1, 0, 1, 0, 1)
+        assert stats.oldest_pending_at == retry.lease_expires_at
+        assert await pool.size() == 1
+
+    @pytest.mark.asyncio
+    async def test_oldest_pending_at_is_when_a_ready_item_became_available(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[T3] min ``available_at`` over ready items: not created_at, and delayed items do not count."""
+        pool = hive.pool("jobs")
+        delayed_then_ready = await pool.get(await pool.push("a", delay=lease))
+        await self.elapse(clock, lease * 1.5)
+        await pool.push("b")
+        await pool.push("not yet", delay=lease * 100)
+        assert (await pool.stats()).oldest_pending_at == delayed_then_ready.available_at
+        await self.must_claim(pool)
+        await self.must_claim(pool)
+        stats = await pool.stats()
+        assert (stats.pending, stats.delayed, stats.oldest_pending_at) == (0, 1, None)
+        # Pushed first but due later: the item pushed after it has waited longer.
+        other = hive.pool("other")
+        await other.push("due later", delay=lease)
+        waiting = await other.get(await other.push("ready at once"))
+        await self.elapse(clock, lease * 1.5)
+        assert (await other.stats()).oldest_pending_at == waiting.available_at
+
+    @pytest.mark.asyncio
+    async def test_listing_orders(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[L1][L2][L3] items in push order, whatever order they changed state in; workers; pools."""
+        pool = hive.pool("jobs")
+        # Due in the reverse of push order, so no other order passes for push order.
+        ids = await pool.push_many(
+            [Job("a", delay=0.3), Job("b", delay=0.2), Job("c", delay=0.1), Job("d", priority=5)]
+        )
+        await self.elapse(clock, 0.5)
+        claimed = {i.id: i for i in await pool.claim_many(4, "w1")}
+        assert list(claimed) == [ids[3], ids[2], ids[1], ids[0]]
+        for item_id in (ids[3], ids[2], ids[0], ids[1]):
+            await pool.fail(claimed[item_id], "x", poison=True)
+        assert [i.id for i in await pool.dead()] == ids
+        assert [i.id for i in await pool.dead(limit=2, offset=2)] == ids[2:]
+        await hive.pool("b-pool").push(1)
+        await hive.pool("a-pool").push(1)
+        assert await hive.pools() == ["a-pool", "b-pool", "jobs"]
+        for name in ("w2", "w1", "w3"):
+            await hive.workers.register(worker_id=name)
+            await self.elapse(clock, 0.01)
+        await hive.workers.register(worker_id="w2")  # re-registering moves it to the end
+        assert [w.worker_id for w in await hive.workers.list()] == ["w1", "w3", "w2"]
+
+    @pytest.mark.asyncio
+    async def test_reap_is_strictly_older_and_stale_for_is_at_least(
+        self, hive: Hive, clock: ManualClock | None
+    ) -> None:
+        """[W5][W6] reap takes heartbeats older than the threshold (``>``); stale_for at least that old (``>=``)."""
+        manual = self.needs_manual_clock(clock)
+        await hive.workers.register(worker_id="w1")
+        manual.advance(20.0)
+        assert [w.worker_id for w in await hive.workers.list(stale_for=20.0)] == ["w1"]
+        assert await hive.workers.reap(threshold=20.0) == []
+        assert (await hive.workers.get("w1")).status is WorkerStatus.STARTING
+        manual.advance(0.5)
+        assert [r.worker_id for r in await hive.workers.reap(threshold=20.0)] == ["w1"]
+
+    @pytest.mark.asyncio
+    async def test_reap_skips_stopped_and_lost_workers_and_takes_every_other_status(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[W5] with time really passing: STOPPED and LOST are never reaped, every other status is."""
+        live = [s for s in WorkerStatus if s not in (WorkerStatus.STOPPED, WorkerStatus.LOST)]
+        for status in live:
+            await hive.workers.register(worker_id=f"w-{status.value}")
+            if status is not WorkerStatus.STARTING:
+                await hive.workers.update_status(f"w-{status.value}", status)
+        await hive.workers.register(worker_id="stopped")
+        await hive.workers.deregister("stopped")
+        await self.elapse(clock, lease * 1.5)
+        reaped = await hive.workers.reap(threshold=lease)
+        assert sorted(r.worker_id for r in reaped) == sorted(f"w-{s.value}" for s in live)
+        assert (await hive.workers.get("stopped")).status is WorkerStatus.STOPPED
+        await self.elapse(clock, lease * 1.5)
+        assert await hive.workers.reap(threshold=lease) == []
+
+    @pytest.mark.asyncio
+    async def test_set_worker_status_of_an_unknown_worker_raises(self, hive: Hive) -> None:
+        """[W4] WorkerNotFound, and nothing is registered by it."""
+        with pytest.raises(WorkerNotFound):
+            await hive.workers.update_status("nobody", WorkerStatus.BUSY, "x")
+        assert await hive.storage.get_worker("nobody") is None
+
+    @pytest.mark.asyncio
+    async def test_an_expired_lease_poisons_with_a_lease_expired_error(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[X3] the error of an item poisoned by its last lease running out says "lease expired"."""
+        pool = hive.pool("jobs")
+        item_id = await pool.push("x", max_attempts=1)
+        await self.must_claim(pool, lease=lease)
+        await self.elapse(clock, lease * 1.5)
+        assert await pool.claim("w2") is None
+        dead = await pool.get(item_id)
+        assert dead.state is ItemState.POISONED and dead.attempts == 1
+        assert dead.error is not None and "lease expired" in dead.error.lower(), dead.error
+
+    @pytest.mark.asyncio
+    async def test_create_false_opens_only_an_existing_hive(
+        self, clock: ManualClock | None, tmp_path: pathlib.Path
+    ) -> None:
+        """[F1] ``create=False``: HiveNotFound where no hive is, creating nothing; the hive itself once it exists."""
+        place = tmp_path / "store"
+        place.mkdir()
+        with pytest.raises(HiveNotFound):
+            async with Hive(self.make_missing_backend(clock, place), manager=PluginManager(entry_points=False)):
+                pass
+        assert list(place.iterdir()) == [], "create=False left something behind"
+        async with Hive(self.make_backend(clock, place), manager=PluginManager(entry_points=False)) as hive:
+            assert await hive.pools() == []
+            item_id = await hive.pool("jobs").push("kept")
+            async with Hive(
+                self.make_missing_backend(clock, place), manager=PluginManager(entry_points=False)
+            ) as existing:
+                assert (await existing.pool("jobs").get(item_id)).data == "kept"
+
+    @pytest.mark.asyncio
+    async def test_several_processes_drain_one_pool(self, clock: ManualClock | None, tmp_path: pathlib.Path) -> None:
+        """[M1] "multiprocess": processes sharing a store through the public API never double-claim nor lose an item."""
+        probe = self.make_backend(clock, tmp_path / "probe")
+        if "multiprocess" not in probe.capabilities:
+            pytest.skip("the backend does not declare the 'multiprocess' capability")
+        from workhive.testing.multiprocess import drain_in_processes
+
+        url, options = self.multiprocess_store(tmp_path)
+        await drain_in_processes(url, options, tmp_path, processes=4, items=200)
+
+    # ======================================================================
     # workers
     # ======================================================================
     @pytest.mark.asyncio
@@ -842,10 +1304,10 @@ class StorageContract:
         await self.elapse(clock, lease * 0.75)
         record = await hive.workers.heartbeat("w1")
         now = await hive.now()
-        assert record.last_heartbeat == pytest.approx(now, abs=0.1)
+        assert record.last_heartbeat == pytest.approx(now, abs=max(0.1, self.clock_drift))
         for item, pool in ((mine_a, "a"), (mine_b, "b")):
             raw = await self.raw(hive, pool, item.id)
-            assert raw.lease_expires_at == pytest.approx(now + lease, abs=0.1)
+            assert raw.lease_expires_at == pytest.approx(now + lease, abs=max(0.1, self.clock_drift))
             assert raw.token == item.token
         await self.elapse(clock, lease * 0.5)  # past the original leases
         assert await a.claim("w3") is not None  # w2's item expired: nobody beat for it
@@ -938,6 +1400,18 @@ class StorageContract:
         assert await area.delete("short") is False
 
     @pytest.mark.asyncio
+    async def test_shared_state_expires_exactly_at_its_ttl(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[K1] a key put with ``ttl`` reads as absent from ``now + ttl`` on (a moment before, it is there)."""
+        manual = self.needs_manual_clock(clock)
+        area = hive.shared("cooldowns")
+        await area.put("k", 1, ttl=10.0)
+        manual.advance(9.5)
+        assert await area.get("k") == 1
+        manual.advance(0.5)
+        assert await area.get("k") is None
+        assert await area.items() == {}
+
+    @pytest.mark.asyncio
     async def test_wait_for_work_returns_within_its_timeout(self, hive: Hive) -> None:
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0.05), timeout=10)
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0), timeout=10)
@@ -952,6 +1426,28 @@ class StorageContract:
         assert not waiter.done()
         await pool.push("wake up")
         await asyncio.wait_for(waiter, timeout=10)
+
+    @pytest.mark.asyncio
+    async def test_wait_for_work_wakes_when_a_delayed_item_or_a_lease_comes_due(
+        self, hive: Hive, clock: ManualClock | None
+    ) -> None:
+        """[N2] with "notify", no push is needed: a delayed item coming due or a lease expiring wakes the waiter."""
+        if "notify" not in hive.storage.capabilities:
+            pytest.skip("backend does not declare the 'notify' capability")
+        pool = hive.pool("jobs")
+        await pool.push("much later", delay=100_000)
+        await pool.push("soon", delay=0.2)
+        waiter = asyncio.ensure_future(pool.wait_for_work(3600))
+        await asyncio.sleep(0)  # it is waiting now, with the item not yet due
+        await self.elapse(clock, 0.3)
+        await asyncio.wait_for(waiter, timeout=60)  # generous: only a waiter that sleeps out its hour fails
+        item = await self.must_claim(pool, "w1", lease=0.2)
+        assert item.data == "soon"
+        waiter = asyncio.ensure_future(pool.wait_for_work(3600))
+        await asyncio.sleep(0)
+        await self.elapse(clock, 0.3)
+        await asyncio.wait_for(waiter, timeout=60)
+        assert (await self.must_claim(pool, "w2")).id == item.id
 
     # ======================================================================
     # bad input: a specific error, and nothing stored

@@ -28,4 +28,14 @@ async def test_open_by_url() -> None:
 
 def test_malformed_url_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="list://"):
-        workhive.open("list://somewhere", manager=workhive.PluginManager())
+        workhive.open("list://not/a/name", manager=workhive.PluginManager())
+
+
+def test_unknown_factory_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="synchronous"):
+        workhive.open("list://", manager=workhive.PluginManager(), synchronous="full")
+
+
+def test_create_false_through_the_factory() -> None:
+    with pytest.raises(workhive.HiveNotFound, match="list://never-made"):
+        workhive.open("list://never-made", manager=workhive.PluginManager(), create=False)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 
 from workhive import (
     Ack,
     ConfigError,
+    HiveNotFound,
     ItemState,
     NewItem,
     PoolStats,
@@ -31,6 +33,7 @@ from workhive import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.ids import item_id
 
 __all__ = ["ListStorage"]
 
@@ -75,6 +78,20 @@ class _Row:
         self.lease_expires_at = self.lease_seconds = None
 
 
+@dataclasses.dataclass
+class _Tables:
+    """Everything one store holds; ``list://NAME`` shares it between backends of the process."""
+
+    rows: list[_Row] = dataclasses.field(default_factory=list)
+    seq: int = 0
+    workers: list[WorkerRecord] = dataclasses.field(default_factory=list)
+    state: dict[tuple[str, str], tuple[str, float | None]] = dataclasses.field(default_factory=dict)
+
+
+_URL = re.compile(r"list://([A-Za-z0-9][A-Za-z0-9._\-]{0,199})?")
+_named: dict[str, _Tables] = {}
+
+
 class ListStorage:
     """A ``workhive.StorageBackend`` over plain lists; ``clock`` lets tests move time.
 
@@ -89,14 +106,20 @@ class ListStorage:
 
     capabilities: frozenset[str] = frozenset()  # no "notify": wait_for_work just sleeps
 
-    def __init__(self, url: str = "list://", *, clock: Callable[[], float] | None = None) -> None:
-        if url != "list://":
-            raise ConfigError(f"list storage URL {url!r} is malformed: the only form is list://", url=url)
+    def __init__(self, url: str = "list://", *, clock: Callable[[], float] | None = None, create: bool = True) -> None:
+        match = _URL.fullmatch(url) if isinstance(url, str) else None
+        if match is None:
+            raise ConfigError(
+                f"list storage URL {url!r} is malformed: use list:// (private) or list://NAME (shared in-process)",
+                url=url,
+            )
+        name = match.group(1)
+        if not create and (name is None or name not in _named):
+            # The agreed factory option: a reader opens an existing hive or fails, and creates nothing.
+            raise HiveNotFound(f"no list hive {url!r} exists in this process; push to it first", url=url)
         self._clock = clock or time.time
-        self._rows: list[_Row] = []
-        self._seq = 0
-        self._workers: list[WorkerRecord] = []
-        self._state: dict[tuple[str, str], tuple[str, float | None]] = {}
+        tables = _Tables() if name is None else _named.setdefault(name, _Tables())
+        self._t = tables
 
     async def open(self) -> None:
         return None
@@ -109,7 +132,7 @@ class ListStorage:
 
     # -- helpers ------------------------------------------------------------
     def _find(self, pool: str, item_id: str) -> _Row | None:
-        return next((r for r in self._rows if r.pool == pool and r.id == item_id), None)
+        return next((r for r in self._t.rows if r.pool == pool and r.id == item_id), None)
 
     def _held(self, pool: str, item_id: str, token: int, now: float) -> _Row | None:
         """The row if this claim is still live: CLAIMED, same token, lease not expired."""
@@ -120,7 +143,7 @@ class ListStorage:
 
     def _settle_expired(self, pool: str, now: float) -> None:
         """Expired leases: back to PENDING (available at expiry), or POISONED when attempts are spent."""
-        for row in self._rows:
+        for row in self._t.rows:
             if row.pool != pool or row.state is not ItemState.CLAIMED:
                 continue
             if row.lease_expires_at is None or row.lease_expires_at > now:
@@ -141,7 +164,7 @@ class ListStorage:
                 live = next(
                     (
                         r
-                        for r in self._rows
+                        for r in self._t.rows
                         if r.pool == pool
                         and r.dedup_key == new.dedup_key
                         and r.state in (ItemState.PENDING, ItemState.CLAIMED)
@@ -151,11 +174,11 @@ class ListStorage:
             if live is not None:
                 ids.append(live.id)
                 continue
-            self._seq += 1
+            self._t.seq += 1
             row = _Row(
-                id=f"item-{self._seq}",
+                id=item_id(self._t.seq),
                 pool=pool,
-                seq=self._seq,
+                seq=self._t.seq,
                 payload=new.payload,
                 priority=new.priority,
                 max_attempts=new.max_attempts,
@@ -163,14 +186,14 @@ class ListStorage:
                 created_at=now,
                 available_at=now + new.delay,
             )
-            self._rows.append(row)
+            self._t.rows.append(row)
             ids.append(row.id)
         return ids
 
     async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         now = self._clock()
         self._settle_expired(pool, now)
-        ready = [r for r in self._rows if r.pool == pool and r.state is ItemState.PENDING and r.available_at <= now]
+        ready = [r for r in self._t.rows if r.pool == pool and r.state is ItemState.PENDING and r.available_at <= now]
         ready.sort(key=lambda r: (-r.priority, r.available_at, r.seq))
         claimed = []
         for row in ready[:limit]:
@@ -232,13 +255,13 @@ class ListStorage:
         return None if row is None else row.snapshot()
 
     async def list_items(self, pool: str, state: ItemState, limit: int, offset: int = 0) -> list[WorkItem]:
-        rows = [r for r in self._rows if r.pool == pool and r.state is state]
+        rows = [r for r in self._t.rows if r.pool == pool and r.state is state]
         return [r.snapshot() for r in rows[offset : offset + limit]]
 
     async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
         now = self._clock()
         count = 0
-        for row in self._rows:
+        for row in self._t.rows:
             if row.pool == pool and row.state is ItemState.POISONED and (item_ids is None or row.id in item_ids):
                 row.to_pending(now)
                 row.attempts = 0
@@ -253,7 +276,7 @@ class ListStorage:
     def _release_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> tuple[int, int]:
         now = self._clock()
         released = poisoned = 0
-        for row in self._rows:
+        for row in self._t.rows:
             if row.state is not ItemState.CLAIMED or row.claimed_by != worker_id:
                 continue
             if pool is not None and row.pool != pool:
@@ -274,22 +297,22 @@ class ListStorage:
         cutoff = self._clock() - older_than
         keep = [
             r
-            for r in self._rows
+            for r in self._t.rows
             if not (
                 r.pool == pool
                 and r.state in (ItemState.DONE, ItemState.POISONED)
                 and r.finished_at is not None
-                and r.finished_at <= cutoff
+                and r.finished_at < cutoff
             )
         ]
-        removed = len(self._rows) - len(keep)
-        self._rows = keep
+        removed = len(self._t.rows) - len(keep)
+        self._t.rows = keep
         return removed
 
     async def stats(self, pool: str) -> PoolStats:
         now = self._clock()
         self._settle_expired(pool, now)
-        rows = [r for r in self._rows if r.pool == pool]
+        rows = [r for r in self._t.rows if r.pool == pool]
         ready = [r for r in rows if r.state is ItemState.PENDING and r.available_at <= now]
         return PoolStats(
             pool,
@@ -302,7 +325,7 @@ class ListStorage:
         )
 
     async def pools(self) -> list[str]:
-        return sorted({r.pool for r in self._rows})
+        return sorted({r.pool for r in self._t.rows})
 
     async def wait_for_work(self, pool: str, timeout: float) -> None:
         # Without "notify" this may simply sleep; callers re-check by claiming.
@@ -310,14 +333,14 @@ class ListStorage:
 
     # -- workers ------------------------------------------------------------
     def _worker_index(self, worker_id: str) -> int:
-        for i, record in enumerate(self._workers):
+        for i, record in enumerate(self._t.workers):
             if record.worker_id == worker_id:
                 return i
         raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
 
     async def register_worker(self, registration: WorkerRegistration) -> WorkerRecord:
         now = self._clock()
-        self._workers = [w for w in self._workers if w.worker_id != registration.worker_id]
+        self._t.workers = [w for w in self._t.workers if w.worker_id != registration.worker_id]
         record = WorkerRecord(
             registration.worker_id,
             registration.host,
@@ -328,25 +351,25 @@ class ListStorage:
             registered_at=now,
             last_heartbeat=now,
         )
-        self._workers.append(record)
+        self._t.workers.append(record)
         return record
 
     async def heartbeat(self, worker_id: str) -> WorkerRecord:
         i = self._worker_index(worker_id)
-        if self._workers[i].status is WorkerStatus.LOST:
+        if self._t.workers[i].status is WorkerStatus.LOST:
             raise WorkerLost(f"worker {worker_id!r} was declared lost; stop and register again", worker_id=worker_id)
         now = self._clock()
-        self._workers[i] = _evolve(self._workers[i], now)
-        for row in self._rows:
+        self._t.workers[i] = _evolve(self._t.workers[i], now)
+        for row in self._t.rows:
             if row.state is ItemState.CLAIMED and row.claimed_by == worker_id and row.lease_expires_at is not None:
                 if row.lease_expires_at > now and row.lease_seconds is not None:
                     row.lease_expires_at = now + row.lease_seconds
-        return self._workers[i]
+        return self._t.workers[i]
 
     async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
         i = self._worker_index(worker_id)
-        old = self._workers[i]
-        self._workers[i] = WorkerRecord(
+        old = self._t.workers[i]
+        self._t.workers[i] = WorkerRecord(
             old.worker_id,
             old.host,
             old.pid,
@@ -359,16 +382,16 @@ class ListStorage:
         )
 
     async def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        return next((w for w in self._workers if w.worker_id == worker_id), None)
+        return next((w for w in self._t.workers if w.worker_id == worker_id), None)
 
     async def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
         now = self._clock()
-        return sorted((w for w in self._workers if filter.matches(w, now)), key=lambda w: w.registered_at)
+        return sorted((w for w in self._t.workers if filter.matches(w, now)), key=lambda w: w.registered_at)
 
     async def reap(self, threshold: float) -> list[ReapedWorker]:
         now = self._clock()
         reaped = []
-        for record in list(self._workers):
+        for record in list(self._t.workers):
             if record.status in (WorkerStatus.LOST, WorkerStatus.STOPPED):
                 continue
             if now - record.last_heartbeat <= threshold:
@@ -380,24 +403,24 @@ class ListStorage:
 
     # -- shared state -------------------------------------------------------
     def _live(self, namespace: str, key: str) -> str | None:
-        entry = self._state.get((namespace, key))
+        entry = self._t.state.get((namespace, key))
         if entry is None:
             return None
         value, expires = entry
         if expires is not None and expires <= self._clock():
-            del self._state[(namespace, key)]
+            del self._t.state[(namespace, key)]
             return None
         return value
 
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
-        self._state[(namespace, key)] = (value, None if ttl is None else self._clock() + ttl)
+        self._t.state[(namespace, key)] = (value, None if ttl is None else self._clock() + ttl)
 
     async def state_get(self, namespace: str, key: str) -> str | None:
         return self._live(namespace, key)
 
     async def state_scan(self, namespace: str) -> dict[str, str]:
         found = {}
-        for ns, key in list(self._state):
+        for ns, key in list(self._t.state):
             value = self._live(ns, key) if ns == namespace else None
             if value is not None:
                 found[key] = value
@@ -405,7 +428,7 @@ class ListStorage:
 
     async def state_delete(self, namespace: str, key: str) -> bool:
         present = self._live(namespace, key) is not None
-        self._state.pop((namespace, key), None)
+        self._t.state.pop((namespace, key), None)
         return present
 
 

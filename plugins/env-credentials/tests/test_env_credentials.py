@@ -155,3 +155,33 @@ def test_found_through_the_plugin_manager(monkeypatch: pytest.MonkeyPatch) -> No
 def test_no_keys_at_all_is_a_credential_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(CredentialError, match="no credentials found"):
         CredentialPool.from_specs([f"env:{PREFIX}"], manager=PluginManager())
+
+
+# -- rate budgets ------------------------------------------------------------------------------
+def test_name_rpm_tpm_tpd_variables_give_each_key_its_budget() -> None:
+    from workhive.budgets import Budget
+
+    env = {
+        "KEY": "sk-0",
+        "KEY_1": "sk-1",
+        "KEY_2": "sk-2",
+        "KEY_RPM": "500",
+        "KEY_TPM": "200000",
+        "KEY_RPM_2": "60",
+        "KEY_TPD_2": "1e6",
+    }
+    budgets = {c.name: c.budget for c in EnvCredentials(["KEY"], environ=env).credentials()}
+    assert budgets == {
+        "KEY": Budget(rpm=500, tpm=200000),
+        "KEY_1": Budget(rpm=500, tpm=200000),
+        "KEY_2": Budget(rpm=60, tpm=200000, tpd=1e6),
+    }
+    assert EnvCredentials(["OTHER"], environ={"OTHER": "sk-x"}).credentials().__next__().budget is None
+
+
+@pytest.mark.parametrize("value", ["0", "-10", "nan", "fast", ""])
+def test_bad_budget_variables_are_config_errors_naming_the_variable(value: str) -> None:
+    env = {"KEY": "sk-0", "KEY_1": "sk-1", "KEY_TPM_1": value}
+    with pytest.raises(ConfigError, match=r"'KEY_1': budget tpm=.*KEY_TPM_1") as info:
+        list(EnvCredentials(["KEY"], environ=env).credentials())
+    assert "sk-" not in str(info.value)

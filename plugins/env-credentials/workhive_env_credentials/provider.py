@@ -6,7 +6,8 @@ in the numbering (``_1``, ``_2``, ``_4``) is warned about instead of silently
 dropping the keys after it. Per key, ``PREFIX_BASE_URL_<n>``,
 ``PREFIX_MODEL_<n>`` and ``PREFIX_MAX_CONCURRENCY_<n>`` (or the unnumbered
 ``PREFIX_BASE_URL`` … as the default for all of the prefix's keys) fill in the
-credential. ``env:A,B`` combines prefixes.
+credential; ``PREFIX_RPM_<n>``, ``PREFIX_TPM_<n>``, ``PREFIX_TPD_<n>`` (or
+unnumbered) give its rate budget (``workhive.budgets``). ``env:A,B`` combines prefixes.
 
 Warnings name variables, never values.
 
@@ -22,6 +23,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
+from workhive.budgets import Budget
 from workhive.credentials import Credential, Secret
 from workhive.errors import ConfigError
 
@@ -97,6 +99,7 @@ class EnvCredentials:
                     base_url=_setting(environ, prefix, "BASE_URL", suffix),
                     model=_setting(environ, prefix, "MODEL", suffix),
                     max_concurrency=_limit(environ, prefix, suffix),
+                    budget=_budget(environ, prefix, suffix, variable),
                 )
 
 
@@ -148,3 +151,25 @@ def _limit(environ: Mapping[str, str], prefix: str, suffix: str) -> int | None:
             raise ConfigError(f"{name}={value!r} must be a whole number >= 1 (requests at a time)", variable=name)
         return int(value)
     return None
+
+
+def _budget(environ: Mapping[str, str], prefix: str, suffix: str, credential: str) -> Budget | None:
+    """``PREFIX_RPM_<n>`` / ``PREFIX_TPM_<n>`` / ``PREFIX_TPD_<n>`` (numbered wins over unnumbered)."""
+    fields: dict[str, str] = {}
+    for field in ("rpm", "tpm", "tpd"):
+        for name in (f"{prefix}_{field.upper()}{suffix}", f"{prefix}_{field.upper()}"):
+            if name in environ:
+                fields[field] = environ[name]
+                break
+    if not fields:
+        return None
+    try:
+        return Budget.parse(fields, credential=credential)
+    except ConfigError as exc:
+        field = getattr(exc, "field", "?")
+        raise ConfigError(
+            f"{exc} (set by the environment variable {prefix}_{str(field).upper()}{suffix} "
+            f"or {prefix}_{str(field).upper()})",
+            credential=credential,
+            field=field,
+        ) from None

@@ -5,6 +5,8 @@ Modes:
                                 did, append "<token> <pid>" to LOG; print "violations <count>" at the end
   clean LOCKDIR STOPFILE        call clean() in a loop (random pauses) until STOPFILE exists
   hold LOCKDIR NAME             take NAME, print "held <token>", then sleep until killed
+  take LOCKDIR NAME N           take NAME N times (waiting as long as it takes), printing "got <token>"
+                                while holding it each time, then "done"
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ async def hold(lockdir: str, name: str) -> None:
     await asyncio.sleep(3600)
 
 
+async def take(lockdir: str, name: str, n: int) -> None:
+    locks = FcntlLocks(lockdir)
+    for _ in range(n):
+        held = await locks.acquire(name, ttl=None, timeout=600, worker_id=f"take-{os.getpid()}")
+        print(f"got {held.token}", flush=True)
+        await locks.release(held)
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "stress":
@@ -65,5 +76,7 @@ if __name__ == "__main__":
         asyncio.run(clean(args[0], args[1]))
     elif mode == "hold":
         asyncio.run(hold(args[0], args[1]))
+    elif mode == "take":
+        asyncio.run(take(args[0], args[1], int(args[2])))
     else:
         raise SystemExit(f"unknown mode {mode!r}")

@@ -27,9 +27,24 @@ How it stays correct:
 * **Waiting never blocks the event loop.** Each try is ``LOCK_EX|LOCK_NB``;
   between tries the task sleeps with jittered exponential backoff
   (0.5 ms doubling to 50 ms), cut short when a task of the same provider
-  releases that lock. Two tasks of one process exclude each other too: each
-  try opens the file anew, and ``flock`` locks belong to open file
-  descriptions.
+  releases that lock or a releasing process rings this provider. Two tasks of
+  one process exclude each other too: each try opens the file anew, and
+  ``flock`` locks belong to open file descriptions.
+* **Waiters are not starved.** A provider whose first try failed joins the
+  lock's line (``workhive_fcntl_locks.queue``: one FIFO per waiting provider,
+  alive while its owner has it open, so a waiter killed by SIGKILL leaves the
+  line by itself). A provider may keep taking a lock again at once for
+  ``max_streak`` seconds (10 ms) or ``STREAK_TOKENS`` (64) acquisitions,
+  whichever ends first: a handover costs a context switch, so very short
+  holds are batched. A release after that rings the first other provider in
+  line and, when there is one, yields: this provider's next tries (all its
+  tasks') wait until the token has moved on, the line is empty (its waiters
+  left or died), or ``handoff_timeout`` passed (a waiter whose event loop is
+  stuck stalls the lock no longer than that). Holds longer than
+  ``max_streak`` are handed over at every release; ``max_streak=0`` hands
+  over always, so a provider cannot take a lock twice in a row while another
+  one waits in line. A release within the streak still rings the line when
+  the holder does not take the lock again right away.
 * **Real errors are errors.** Anything but "held by someone else"
   (EACCES, EROFS, ENOTDIR, ELOOP for a symlinked lock file, ENOSPC…) raises
   ``LockSystemError`` naming the path.
@@ -41,15 +56,17 @@ power cut. Do not ``fork()`` while holding a lock (the child shares it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import logging
+import math
 import os
 import re
 import socket
 import time
 
-from workhive.errors import InvalidArgument, LockNotHeld, LockSystemError
+from workhive.errors import InvalidArgument, LockNotHeld, LockSystemError, LockTimeout
 from workhive.locks import (
     HeldLock,
     LockHolder,
@@ -63,6 +80,7 @@ from workhive.locks import (
     poll_until,
     report_overdue,
 )
+from workhive_fcntl_locks import queue
 from workhive_fcntl_locks.url import DEFAULT_DIRECTORY, directory_from_url
 
 __all__ = ["FcntlLocks"]
@@ -73,19 +91,35 @@ SUFFIX = ".lock"
 FLOOR_FILE = ".token-floor"
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _OTHER_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+#: a streak also ends after this many consecutive tokens, so that a holder descheduled in
+#: the middle of its time slice and one that ran through it get similar shares
+STREAK_TOKENS = 64
+_NO_FIFOS = {errno.EPERM, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS}
 _RETRY = object()  # "the inode was replaced under us": try again at once, without sleeping
 
 
 class _Handle:
     """The open, locked file behind a ``HeldLock``."""
 
-    __slots__ = ("fd", "length", "owner", "path")
+    __slots__ = ("fd", "length", "owner", "path", "streak")
 
-    def __init__(self, owner: FcntlLocks, path: str, fd: int, length: int) -> None:
+    def __init__(self, owner: FcntlLocks, path: str, fd: int, length: int, streak: tuple[float, int]) -> None:
         self.owner = owner
         self.path = path
         self.fd = fd
         self.length = length  # bytes of the record last written, to truncate a longer leftover
+        self.streak = streak  # (monotonic start, count) of the run of consecutive tokens this provider took
+
+
+class _Place:
+    """This provider's place in the line of one lock, shared by its tasks that wait for it."""
+
+    __slots__ = ("entry", "loop", "waiting")
+
+    def __init__(self, entry: queue.Entry | None, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.entry = entry
+        self.loop = loop  # where the entry's reader is registered (None: nobody rings us, we poll)
+        self.waiting = 1
 
 
 class FcntlLocks:
@@ -94,6 +128,8 @@ class FcntlLocks:
     ``FcntlLocks("fcntl:///.workhive/locks")`` or ``FcntlLocks("/abs/dir")``.
     The directory is created on first use. Use one instance from one event
     loop (thread); other processes and instances coordinate through the files.
+    ``handoff_timeout`` bounds how long a releasing holder waits for a process
+    in line to take over before it may take the lock again itself.
 
     >>> async def main():  # doctest: +SKIP
     ...     locks = FcntlLocks("fcntl:///.workhive/locks")
@@ -104,7 +140,14 @@ class FcntlLocks:
     #: tokens keep rising across provider instances and process restarts
     persistent_tokens = True
 
-    def __init__(self, url: str | os.PathLike[str] = DEFAULT_DIRECTORY, *, max_delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        url: str | os.PathLike[str] = DEFAULT_DIRECTORY,
+        *,
+        max_delay: float = 0.05,
+        max_streak: float = 0.01,
+        handoff_timeout: float = 0.5,
+    ) -> None:
         if isinstance(url, str) and (url.lower().startswith("fcntl:") or _OTHER_URL.match(url)):
             self.directory = directory_from_url(url)  # refuses other schemes with the forms it takes
         else:
@@ -112,11 +155,28 @@ class FcntlLocks:
         if not max_delay > 0:
             raise InvalidArgument(f"max_delay must be > 0 seconds, got {max_delay!r}", value=max_delay)
         self.max_delay = max_delay
+        for what, value, zero_ok in (("max_streak", max_streak, True), ("handoff_timeout", handoff_timeout, False)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < 0
+                or (value == 0 and not zero_ok)
+            ):
+                bound = ">= 0" if zero_ok else "> 0"
+                raise InvalidArgument(f"{what} must be a finite number of seconds {bound}, got {value!r}", value=value)
+        self.max_streak = float(max_streak)
+        self.handoff_timeout = float(handoff_timeout)
         self.host = socket.gethostname()
         self._dir_ready = False
         self._held: dict[int, _Handle] = {}
         self._paths: dict[str, str] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._places: dict[str, _Place] = {}  # lock path -> our place in its line while tasks of ours wait
+        self._yields: dict[str, tuple[int, float]] = {}  # lock path -> (token we released, monotonic give-up time)
+        self._streaks: dict[str, tuple[int, float, int]] = {}  # lock path -> (last token we released, streak)
+        self._ring_soon: set[str] = set()  # lock paths whose line is rung unless we take the lock again at once
+        self._queueing = True  # False once the directory refused FIFOs: waiters then only poll
         self._closed = False
 
     def __repr__(self) -> str:
@@ -185,16 +245,156 @@ class FcntlLocks:
                 reported.add(holder.token)
                 report_overdue(holder)
 
-        held = await poll_until(
-            lambda: self._try_acquire(path, name, ttl_f, worker_id),
-            timeout=timeout,
-            sleep=lambda pause: self._nap(path, pause),
-            max_delay=self.max_delay,
-            on_miss=on_miss,
-        )
+        def attempt() -> HeldLock | None:
+            if path in self._yields and self._yielding(path):
+                return None  # our turn passed to a process in line; it has not taken the lock yet
+            return self._try_acquire(path, name, ttl_f, worker_id)
+
+        in_line = False
+
+        async def nap(pause: float) -> None:
+            nonlocal in_line
+            if not in_line:  # only after a failed try: an uncontended lock never touches the line
+                self._join(path)
+                in_line = True
+            await self._nap(path, pause)
+
+        held = None
+        try:
+            held = await poll_until(attempt, timeout=timeout, sleep=nap, max_delay=self.max_delay, on_miss=on_miss)
+        finally:
+            if in_line:
+                self._leave(path, acquired=held is not None)
         if held is None:
-            raise lock_timeout_error(name, self._read_holder(path), float(timeout or 0.0))
+            holder = self._read_holder(path)
+            if holder is None and path in self._yields:
+                raise LockTimeout(
+                    f"lock {name!r} is free but handed over to a process waiting in line; gave up after "
+                    f"{float(timeout or 0.0):.2f}s. Wait longer (timeout=)",
+                    name=name,
+                    holder=None,
+                )
+            raise lock_timeout_error(name, holder, float(timeout or 0.0))
         return held
+
+    # -- the line of waiters (see workhive_fcntl_locks.queue) ---------------------
+    def _queue_dir(self, path: str) -> str:
+        return queue.queue_dir_for(path, SUFFIX)
+
+    def _join(self, path: str) -> None:
+        place = self._places.get(path)
+        if place is not None:
+            place.waiting += 1
+            return
+        self._places[path] = _Place(*self._new_entry(path))
+
+    def _new_entry(self, path: str) -> tuple[queue.Entry | None, asyncio.AbstractEventLoop | None]:
+        if not self._queueing:
+            return None, None
+        try:
+            entry = queue.join(self._queue_dir(path))
+        except OSError as exc:
+            # Waiters still get the lock by polling, but a holder that re-acquires at
+            # once may overtake them.
+            if exc.errno in _NO_FIFOS:  # some network or FAT file systems: stop trying
+                self._queueing = False
+                logger.warning("fcntl locks in %s cannot queue waiters (%s); waiters only poll", self.directory, exc)
+            else:
+                logger.debug("could not join the line of %s: %s", path, exc)
+            return None, None
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(entry.fd, self._on_ring, path, entry)
+        except (NotImplementedError, OSError):
+            return entry, None  # still in line (holders yield to us), woken by polling only
+        return entry, loop
+
+    def _drop_entry(self, place: _Place) -> None:
+        entry, place.entry = place.entry, None
+        if entry is None:
+            return
+        if place.loop is not None:
+            place.loop.remove_reader(entry.fd)
+        queue.leave(entry)
+
+    def _leave(self, path: str, *, acquired: bool) -> None:
+        place = self._places.get(path)
+        if place is None:
+            return
+        place.waiting -= 1
+        if place.waiting <= 0:
+            del self._places[path]
+            self._drop_entry(place)
+        elif acquired and place.entry is not None and not queue.move_to_back(place.entry):
+            # Our entry was swept meanwhile; the tasks of ours that still wait take a new place.
+            self._drop_entry(place)
+            place.entry, place.loop = self._new_entry(path)
+
+    def _on_ring(self, path: str, entry: queue.Entry) -> None:
+        try:
+            os.read(entry.fd, 512)
+        except OSError:
+            pass  # nothing to read (another reader of ours took it) or closed: the wake-up is what counts
+        self._wake(path)
+
+    def _hand_over(self, path: str, token: int, streak: tuple[float, int]) -> None:
+        # After a release. Once our streak of consecutive tokens has lasted
+        # max_streak or STREAK_TOKENS acquisitions, wake the first other provider
+        # in line and, if there is one, let it go first. Before that we may take the lock again at once (a
+        # handover costs a context switch; batching keeps throughput), and the
+        # line is rung only if we do not.
+        if len(self._streaks) >= 1024:  # a worker usually locks a handful of names; stay bounded
+            self._streaks.clear()
+        if len(self._yields) >= 1024:  # forgetting a turn costs fairness once, never safety
+            self._yields.clear()
+        now = time.monotonic()
+        start, count = streak
+        if now - start >= self.max_streak or count >= STREAK_TOKENS:
+            if self._ring(path):
+                self._yields[path] = (token, now + self.handoff_timeout)
+            else:
+                start, count = now, 0  # nobody waited: a streak only counts while someone does
+        elif path not in self._ring_soon:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to defer to
+                asyncio.get_running_loop().call_soon(self._ring_if_free, path)
+                self._ring_soon.add(path)
+        self._streaks[path] = (token, start, count)
+
+    def _ring_if_free(self, path: str) -> None:
+        self._ring_soon.discard(path)
+        if not any(h.path == path for h in self._held.values()):
+            self._ring(path)
+
+    def _ring(self, path: str) -> bool:
+        """Wake the first other provider in line for ``path``; whether there was one."""
+        place = self._places.get(path)
+        mine = place.entry.name if place is not None and place.entry is not None else None
+        try:
+            return queue.first_other(self._queue_dir(path), mine, ring=True)
+        except OSError as exc:
+            logger.debug("could not ring the line of %s: %s", path, exc)
+            return False
+
+    def _yielding(self, path: str) -> bool:
+        token, give_up_at = self._yields[path]
+        if time.monotonic() < give_up_at and self._current_token(path) == token:
+            if self._ring(path):  # again: if the one we rang died since, the next in line is woken
+                return True
+        del self._yields[path]  # taken over, nobody left in line, or waited long enough
+        return False
+
+    def _current_token(self, path: str) -> int | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            record = decode_holder(os.pread(fd, max(os.fstat(fd).st_size, 1), 0))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return None if record is None else int(record["token"])
 
     async def _nap(self, path: str, pause: float) -> None:
         # Sleep between tries, but wake at once when this provider releases the
@@ -267,7 +467,9 @@ class FcntlLocks:
         except BaseException:
             os.close(fd)
             raise
-        handle = _Handle(self, path, fd, len(record))
+        last = self._streaks.get(path)
+        streak = (last[1], last[2] + 1) if last is not None and last[0] == token - 1 else (time.monotonic(), 1)
+        handle = _Handle(self, path, fd, len(record), streak)
         self._held[id(handle)] = handle
         return HeldLock(name=name, token=token, acquired_at=now, ttl=ttl, handle=handle)
 
@@ -316,6 +518,7 @@ class FcntlLocks:
         finally:
             os.close(fd)
             self._wake(handle.path)
+        self._hand_over(handle.path, lock.token, handle.streak)
 
     async def close(self) -> None:
         """Release every lock still held through this provider; it cannot be used afterwards."""
@@ -325,6 +528,10 @@ class FcntlLocks:
             os.close(fd)
             self._wake(handle.path)
         self._held.clear()
+        for place in self._places.values():
+            self._drop_entry(place)
+        self._places.clear()
+        self._yields.clear()
 
     # -- introspection --------------------------------------------------------
     async def holder(self, name: str) -> LockHolder | None:
@@ -336,10 +543,10 @@ class FcntlLocks:
         holders = [h for h in map(self._read_holder, self._lock_files()) if h is not None]
         return sorted(holders, key=lambda h: h.name)
 
-    def _lock_files(self) -> list[str]:
+    def _lock_files(self, suffix: str = SUFFIX) -> list[str]:
         try:
             with os.scandir(self.directory) as entries:
-                return [e.path for e in entries if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+                return [e.path for e in entries if e.name.endswith(suffix) and not e.name.startswith(".")]
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -380,6 +587,8 @@ class FcntlLocks:
     async def clean(self) -> list[str]:
         """Delete the files of locks nobody holds; returns their names. Held locks are untouched.
 
+        Waiting lines lose the entries of waiters that died, and go when empty.
+
         Each file is unlinked only after this provider locked it and checked it
         is still the file at its path, so no holder is ever affected.
         """
@@ -392,6 +601,11 @@ class FcntlLocks:
             name = self._clean_one(path)
             if name is not None:
                 cleaned.append(name)
+        for line in self._lock_files(queue.QUEUE_SUFFIX):
+            try:  # entries of waiters that died; the directory itself once nobody waits
+                queue.sweep(line)
+            except OSError as exc:
+                raise self._error("clean the waiting line", line, exc) from exc
         return sorted(cleaned)
 
     def _clean_one(self, path: str) -> str | None:

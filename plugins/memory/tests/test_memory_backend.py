@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import workhive
-from workhive.errors import ConfigError
+from workhive.errors import ConfigError, HiveNotFound
 from workhive.testing import ManualClock
 from workhive_memory.storage import MemoryStorage, parse_memory_url
 
@@ -35,6 +35,21 @@ def test_the_plugin_is_found_by_scheme_with_its_lock_provider() -> None:
 def test_unknown_factory_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="synchronous"):
         workhive.open("memory://", manager=workhive.PluginManager(), synchronous="full")
+
+
+@pytest.mark.asyncio
+async def test_create_false_through_the_factory_opens_only_a_store_this_process_made() -> None:
+    manager = workhive.PluginManager()
+    with pytest.raises(HiveNotFound, match="memory://create-false-test"):
+        workhive.open("memory://create-false-test", manager=manager, create=False)
+    with pytest.raises(HiveNotFound, match="private"):
+        workhive.open("memory://", manager=manager, create=False)
+    with pytest.raises(HiveNotFound):  # the refused open made nothing
+        workhive.open("memory://create-false-test", manager=manager, create=False)
+    async with workhive.open("memory://create-false-test", manager=manager) as writer:
+        item_id = await writer.pool("jobs").push("x")
+        async with workhive.open("memory://create-false-test", manager=manager, create=False) as reader:
+            assert (await reader.pool("jobs").get(item_id)).data == "x"
 
 
 @pytest.mark.asyncio

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 
 import pytest
 
-from workhive.errors import ConfigError
+from workhive.errors import ConfigError, LockTimeout
 from workhive.locks import LockProvider
 from workhive.testing.locks import LockContract
 from workhive_memory.locks import MemoryLocks
@@ -34,3 +35,60 @@ async def test_private_stores_do_not_share_locks() -> None:
 def test_malformed_urls_raise_config_error(url: object) -> None:
     with pytest.raises(ConfigError):
         MemoryLocks(url)  # type: ignore[arg-type]
+
+
+async def queued(locks: MemoryLocks, name: str, n: int) -> None:
+    """Let the event loop run until ``n`` tasks wait for ``name`` (they queue on their first step)."""
+    # The waiters are futures in the provider's store: there is no event to wait on.
+    while len(locks._store.waiters.get(name, [])) < n:  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+async def test_a_release_hands_the_lock_to_the_longest_waiter_not_to_a_quick_reacquirer() -> None:
+    locks = MemoryLocks("memory://")
+    first = await locks.acquire("x", worker_id="a")
+    waiters = [asyncio.create_task(locks.acquire("x", worker_id=w)) for w in ("b", "c")]
+    await queued(locks, "x", 2)  # both waiting, in order
+    await locks.release(first)
+    with pytest.raises(LockTimeout):
+        await locks.acquire("x", timeout=0, worker_id="a")  # owed to b: a cannot jump the queue
+    b = await waiters[0]
+    assert (b.token, (await locks.holder("x")).worker_id) == (first.token + 1, "b")
+    await locks.release(b)
+    c = await waiters[1]
+    assert c.token == first.token + 2
+    await locks.release(c)
+    again = await locks.acquire("x", timeout=0, worker_id="a")  # nobody waits now
+    assert again.token == first.token + 3
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_cancelled_after_the_handover_passes_the_lock_on() -> None:
+    locks = MemoryLocks("memory://")
+    first = await locks.acquire("x")
+    doomed = asyncio.create_task(locks.acquire("x", worker_id="doomed"))
+    patient = asyncio.create_task(locks.acquire("x", worker_id="patient"))
+    await queued(locks, "x", 2)
+    await locks.release(first)  # handed to doomed, which is cancelled before it runs
+    doomed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
+    held = await asyncio.wait_for(patient, 60)
+    assert (await locks.holder("x")).worker_id == "patient" and held.token == first.token + 1
+
+
+@pytest.mark.asyncio
+async def test_two_tasks_that_reacquire_at_once_take_turns() -> None:
+    locks = MemoryLocks("memory://")
+    order: list[str] = []
+
+    async def loop(who: str) -> None:
+        for _ in range(50):
+            held = await locks.acquire("x", worker_id=who)
+            order.append(who)
+            await asyncio.sleep(0)  # while held: the other task queues
+            await locks.release(held)  # and re-acquire at once, with no pause
+
+    await asyncio.gather(loop("a"), loop("b"))
+    assert order[:100] == ["a", "b"] * 50, order  # a waiter never watches the other take the lock twice

@@ -153,6 +153,11 @@ class ReadyQueue:
             heapq.heappush(level.heap, entry)
         self.size += 1
 
+    def earliest(self) -> float | None:
+        """The smallest ``available_at`` of any ready item: each level's deque is sorted, its heap a heap."""
+        heads = [entry[0][0] for level in self._levels.values() for entry in (level.fifo, level.heap) if entry]
+        return min(heads, default=None)
+
     def pop(self) -> ItemRecord | None:
         """The next item to claim, or None."""
         priorities = self._priorities
@@ -303,19 +308,13 @@ class PoolIndex:
     def in_state(self, state: ItemState) -> Iterator[ItemRecord]:
         return iter(self.by_state[state].values())
 
-    def oldest_pending_at(self, now: float) -> float | None:
-        """When the longest-waiting ready item became claimable.
+    def oldest_pending_at(self) -> float | None:
+        """When the longest-waiting ready item became claimable (call ``advance`` first).
 
-        ``by_state[PENDING]`` is ordered by when items became pending, so the
-        first ready record in it is the one that has waited longest (delayed
-        records are skipped; they are rarely at the front).
+        Not the first ready record in pending order: a delayed item pushed
+        early comes due late, after items pushed later but ready at once.
         """
-        if not self.ready.size:
-            return None
-        for rec in self.by_state[PENDING].values():
-            if rec.available_at <= now:
-                return rec.available_at
-        return None
+        return self.ready.earliest()
 
 
 def _lease_valid(entry: LeaseEntry) -> bool:

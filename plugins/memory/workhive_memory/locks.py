@@ -2,8 +2,9 @@
 
 ``memory://`` is a private set of locks; ``memory://NAME`` is shared by every
 ``MemoryLocks`` of the process that uses the same NAME (and its tokens keep
-rising across them). Waiters are woken when the lock is released, from any
-event loop or thread of the process; nothing is shared with other processes.
+rising across them). A release hands the lock to the longest waiter, woken
+from any event loop or thread of the process, so a task that re-acquires at
+once never starves the others; nothing is shared with other processes.
 
 >>> async def main():  # doctest: +SKIP
 ...     locks = MemoryLocks("memory://")
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -39,7 +41,26 @@ class _Store:
         self.mutex = threading.Lock()  # loops in several threads may share a named store
         self.tokens: dict[str, int] = {}
         self.holders: dict[str, tuple[LockHolder, object]] = {}
-        self.waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self.waiters: dict[str, list[asyncio.Future[None]]] = {}  # in arrival order
+        # A released lock owed to the waiter holding this future: nobody else may take it.
+        self.reserved: dict[str, asyncio.Future[None]] = {}
+
+    def hand_on(self, name: str) -> None:
+        """Owe a free lock to the longest waiter still waiting, and wake it (call with ``mutex`` held)."""
+        self.reserved.pop(name, None)
+        waiting = self.waiters.get(name, [])
+        while waiting:
+            future = waiting.pop(0)
+            if future.done():
+                continue
+            try:
+                future.get_loop().call_soon_threadsafe(_wake, future)
+            except RuntimeError:  # its event loop is closed: that waiter is gone
+                continue
+            self.reserved[name] = future
+            break
+        if not waiting:
+            self.waiters.pop(name, None)
 
 
 _named: dict[str, _Store] = {}
@@ -80,11 +101,19 @@ class MemoryLocks:
     def __repr__(self) -> str:
         return f"MemoryLocks({self.url!r})"
 
-    def _try(self, name: str, ttl: float | None, worker_id: str | None) -> HeldLock | None:
+    def _try(
+        self, name: str, ttl: float | None, worker_id: str | None, ticket: asyncio.Future[None] | None = None
+    ) -> HeldLock | None:
         store = self._store
         with store.mutex:
             if name in store.holders:
                 return None
+            owed = store.reserved.get(name)
+            if owed is not None and owed is not ticket:
+                return None  # handed to a waiter that has not run yet
+            if owed is None and store.waiters.get(name):
+                return None  # others are queued: wait behind them
+            store.reserved.pop(name, None)
             token = store.tokens.get(name, 0) + 1
             store.tokens[name] = token
             now = time.time()
@@ -105,8 +134,9 @@ class MemoryLocks:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         reported = False
+        ticket: asyncio.Future[None] | None = None  # the future a release handed the lock to
         while True:
-            held = self._try(name, ttl_f, worker_id)
+            held = self._try(name, ttl_f, worker_id, ticket)
             if held is not None:
                 return held
             holder = await self.holder(name)
@@ -117,21 +147,27 @@ class MemoryLocks:
             if remaining is not None and remaining <= 0:
                 raise lock_timeout_error(name, holder, float(timeout or 0.0))
             future: asyncio.Future[None] = loop.create_future()
-            with self._store.mutex:
-                if name not in self._store.holders:  # released between our try and now
-                    continue
-                self._store.waiters.setdefault(name, []).append(future)
+            store = self._store
+            with store.mutex:
+                if name not in store.holders and name not in store.reserved and not store.waiters.get(name):
+                    continue  # released between our try and now
+                store.waiters.setdefault(name, []).append(future)
+            handed = False
             try:
-                await asyncio.wait_for(future, remaining)
+                await asyncio.wait_for(asyncio.shield(future), remaining)
             except asyncio.TimeoutError:
                 pass  # loop once more: the last try happens at the deadline
             finally:
-                with self._store.mutex:
-                    waiting = self._store.waiters.get(name, [])
+                with store.mutex:
+                    waiting = store.waiters.get(name, [])
                     if future in waiting:
                         waiting.remove(future)
                     if not waiting:
-                        self._store.waiters.pop(name, None)
+                        store.waiters.pop(name, None)
+                    handed = store.reserved.get(name) is future
+                    if handed and sys.exc_info()[0] is not None:
+                        store.hand_on(name)  # cancelled after the lock was handed to us: pass it on
+            ticket = future if handed else None
 
     async def release(self, lock: HeldLock) -> None:
         """Release ``lock``; ``LockNotHeld`` if it was released already or is not from this provider."""
@@ -150,9 +186,7 @@ class MemoryLocks:
             current = store.holders.get(name)
             if current is not None and current[1] is handle:
                 del store.holders[name]
-            waiters = list(store.waiters.get(name, ()))
-        for future in waiters:
-            future.get_loop().call_soon_threadsafe(_wake, future)
+                store.hand_on(name)
 
     async def holder(self, name: str) -> LockHolder | None:
         """Who holds ``name`` right now, or None."""

@@ -17,10 +17,10 @@ def _open(url: str, **options: Any) -> Any:
     from workhive.errors import ConfigError
     from workhive_memory.storage import MemoryStorage
 
-    unknown = sorted(set(options) - {"clock"})
+    unknown = sorted(set(options) - {"clock", "create"})
     if unknown:
         raise ConfigError(
-            f"memory storage does not take the option(s) {', '.join(unknown)}; it accepts only clock=",
+            f"memory storage does not take the option(s) {', '.join(unknown)}; it accepts clock= and create=",
             url=url,
         )
     return MemoryStorage(url, **options)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from workhive.errors import ConfigError, WorkerLost, WorkerNotFound
+from workhive.errors import ConfigError, HiveNotFound, WorkerLost, WorkerNotFound
 from workhive.models import (
     Ack,
     ItemState,
@@ -40,6 +40,7 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive_memory.budget import MemoryBudgets
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
 
 __all__ = ["MemoryStorage", "parse_memory_url"]
@@ -75,17 +76,19 @@ class _Store:
         self.held: dict[str, dict[ItemRecord, None]] = {}
         self.state: dict[str, dict[str, tuple[str, float | None]]] = {}
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self.budget_tats: dict[str, float] = {}
 
 
 _named: dict[str, _Store] = {}
 
 
-class MemoryStorage:
+class MemoryStorage(MemoryBudgets):
     """A ``StorageBackend`` in process memory.
 
     ``clock`` (default ``time.time``) is the backend's clock; tests inject a
     ``workhive.testing.ManualClock`` to move time by hand. Hives sharing a
-    named store should share a clock too.
+    named store should share a clock too. ``create=False`` opens only a named
+    store this process already made, else raises ``HiveNotFound``.
 
     >>> backend = MemoryStorage("memory://")
     >>> "notify" in backend.capabilities
@@ -94,10 +97,24 @@ class MemoryStorage:
 
     capabilities: frozenset[str] = frozenset({"notify"})
 
-    def __init__(self, url: str = "memory://", *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self, url: str = "memory://", *, clock: Callable[[], float] | None = None, create: bool = True
+    ) -> None:
         name = parse_memory_url(url)
         if clock is not None and not callable(clock):
             raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
+        if not create and (name is None or name not in _named):
+            # Nothing is made: a reader (create=False) never leaves an empty store behind.
+            raise HiveNotFound(
+                f"no memory hive {url!r} exists in this process"
+                + (
+                    ": memory:// is a new private store every time, so there is nothing to read; "
+                    "use memory://NAME of a store this process has written to"
+                    if name is None
+                    else "; push to it first (memory stores live only as long as the process)"
+                ),
+                url=url,
+            )
         self.url = url
         self.name = name
         self._clock: Callable[[], float] = clock if clock is not None else time.time
@@ -108,6 +125,7 @@ class MemoryStorage:
         # Shortcuts for the hot path (the store's dicts are never replaced).
         self._pools = self._store.pools
         self._held = self._store.held
+        self._budget_tats = self._store.budget_tats
 
     def __repr__(self) -> str:
         return f"<MemoryStorage {self.url!r}>"
@@ -173,7 +191,7 @@ class MemoryStorage:
                     append_id(existing.id)
                     continue
             seq += 1
-            item_id = f"{seq:08x}"
+            item_id = f"i{seq:016x}"  # workhive.ids shape, inlined on the push path
             rec = ItemRecord(item_id, pool, seq, new, now)
             all_items[item_id] = pending[item_id] = rec
             if new.delay == 0:
@@ -416,7 +434,7 @@ class MemoryStorage:
             # Insertion order is finishing order: stop at the first one too young.
             old = []
             for item_id, rec in finished.items():
-                if rec.finished_at is not None and rec.finished_at > cutoff:
+                if rec.finished_at is not None and rec.finished_at >= cutoff:
                     break
                 old.append(item_id)
             for item_id in old:
@@ -440,7 +458,7 @@ class MemoryStorage:
             claimed=len(by_state[CLAIMED]),
             done=len(by_state[DONE]),
             poisoned=len(by_state[POISONED]),
-            oldest_pending_at=index.oldest_pending_at(now),
+            oldest_pending_at=index.oldest_pending_at(),
         )
 
     async def pools(self) -> list[str]:

@@ -60,6 +60,17 @@ def hold_write_lock(path: str, seconds: float, ready: Any) -> None:
     conn.close()
 
 
+def hold_write_lock_until(path: str, ready: Any, release: Any) -> None:
+    """Hold SQLite's write lock on ``path`` until ``release`` is set (at most 120 s)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE items SET priority = priority WHERE id = 1")
+    ready.set()
+    release.wait(120)
+    conn.execute("COMMIT")
+    conn.close()
+
+
 def push_later(url: str, delay: float) -> None:
     """Push one item into pool 'jobs' after ``delay`` seconds (a producer in another process)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import workhive
-from workhive.errors import ConfigError, SchemaVersionError, StorageUnavailable
+from workhive.errors import ConfigError, HiveNotFound, SchemaVersionError, StorageUnavailable
 from workhive_sqlite import SqliteStorage, parse_url
 from workhive_sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 
@@ -208,3 +209,84 @@ async def test_an_older_file_is_migrated_step_by_step_keeping_its_items(
     with sqlite3.connect(tmp_path / "hive.db") as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
         assert conn.execute("SELECT text FROM notes").fetchall() == [("v2",)]
+
+
+class TestCreateFalse:
+    """``create=False`` (read-only commands): only an existing hive opens, and nothing is ever created."""
+
+    @pytest.mark.asyncio
+    async def test_a_missing_file_is_hive_not_found_naming_it_and_nothing_is_created(self, tmp_path: Path) -> None:
+        path = tmp_path / "hive.db"
+        with pytest.raises(HiveNotFound, match="does not exist") as info:
+            async with workhive.open(f"sqlite:///{path}", create=False):
+                pass
+        assert str(path) in str(info.value)
+        assert os.listdir(tmp_path) == []
+
+    @pytest.mark.asyncio
+    async def test_a_missing_directory_is_hive_not_found_and_not_created(self, tmp_path: Path) -> None:
+        path = tmp_path / "no-such-dir" / "x.db"
+        with pytest.raises(HiveNotFound, match="no-such-dir"):
+            await SqliteStorage(f"sqlite:///{path}", create=False).open()
+        assert os.listdir(tmp_path) == []
+
+    @pytest.mark.asyncio
+    async def test_an_empty_file_is_not_a_hive_and_stays_empty(self, tmp_path: Path) -> None:
+        path = tmp_path / "hive.db"
+        path.touch()
+        with pytest.raises(HiveNotFound, match="empty"):
+            await SqliteStorage(f"sqlite:///{path}", create=False).open()
+        assert os.listdir(tmp_path) == ["hive.db"] and path.stat().st_size == 0
+
+    @pytest.mark.asyncio
+    async def test_a_sqlite_file_without_the_schema_is_not_a_hive_and_is_left_alone(self, tmp_path: Path) -> None:
+        path = tmp_path / "hive.db"
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA user_version = 0")
+            conn.execute("VACUUM")  # writes the header: a valid, empty database
+        before = path.read_bytes()
+        with pytest.raises(HiveNotFound, match="no workhive schema"):
+            await SqliteStorage(f"sqlite:///{path}", create=False).open()
+        assert path.read_bytes() == before
+        assert os.listdir(tmp_path) == ["hive.db"]
+
+    @pytest.mark.asyncio
+    async def test_an_existing_hive_opens_and_reads(self, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path}/hive.db"
+        async with workhive.open(url) as hive:
+            item_id = await hive.pool("p").push("kept")
+        async with workhive.open(url, create=False) as hive:
+            assert (await hive.pool("p").get(item_id)).data == "kept"
+
+    def test_the_plugin_factory_takes_create(self, tmp_path: Path) -> None:
+        hive = workhive.open(f"sqlite:///{tmp_path}/hive.db", create=False)
+        assert isinstance(hive.storage, SqliteStorage) and hive.storage.create is False
+
+
+_NEVER_CLOSED = """
+import asyncio, sys, workhive
+
+async def main():
+    hive = await workhive.open(sys.argv[1]).open()  # never closed
+    pool = hive.pool("p")
+    await pool.push_many(range(300))  # over INLINE_MAX: runs on aiosqlite's thread
+    item = await pool.claim("w")
+    await pool.complete(item, "ok")
+    await pool.stats()  # the thread again
+    print("ran", flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_hive_never_closed_does_not_hang_the_program_at_exit_and_keeps_its_writes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hive.db"
+    # A generous limit: a hang is unbounded; a loaded machine is merely slow.
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", _NEVER_CLOSED, url], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ran"), done.stderr
+    async with workhive.open(url, create=False) as hive:
+        stats = await hive.pool("p").stats()
+        assert (stats.pending, stats.done) == (299, 1)

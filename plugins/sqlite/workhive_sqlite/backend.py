@@ -22,8 +22,9 @@ Concurrency model
 * ``wait_for_work`` wakes at once for pushes through this object, and within
   one poll interval (``PRAGMA data_version``, one cheap read per interval
   for all waiters of the process) for commits by other processes.
-* Time is ``clock()`` (``time.time`` unless injected): on one machine the OS
-  clock is the database clock for every process.
+* Time is hive time (``workhive_sqlite.clock``): a per-boot anchor stored in
+  the file plus the machine's monotonic clock, the same for every process on
+  the machine and immune to wall-clock steps; or ``clock()`` when injected.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ import os
 import random
 import sqlite3
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from workhive.errors import StorageError, StorageUnavailable
+from workhive.budgets import BudgetTake
+from workhive.errors import HiveNotFound, StorageCorrupt, StorageError, StorageUnavailable
 from workhive.models import (
     Ack,
     ItemState,
@@ -52,6 +53,8 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive_sqlite.budget import take_budget
+from workhive_sqlite.clock import HiveClock, TimeSources
 from workhive_sqlite.ops import Operations, is_busy
 from workhive_sqlite.schema import migrate
 from workhive_sqlite.url import SqliteConfig, parse_url
@@ -81,12 +84,25 @@ CHECKPOINT_EVERY = 1024
 #: log would only grow.
 WAL_RESTART_FRAMES = 8192
 _SQLITE_HEADER = b"SQLite format 3\x00"
+#: Files up to this size get SQLite's ``quick_check`` when opened (it reads every page: about
+#: a second per few hundred MiB, paid by every process that opens the file). Larger files
+#: are opened on their header and schema alone; every operation still refuses a damaged
+#: page it meets with ``StorageCorrupt`` (``_failure``).
+QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
+# SQLite primary result codes.
+SQLITE_CORRUPT = 11
+SQLITE_FULL = 13
+SQLITE_NOTADB = 26
 
 
 class SqliteStorage:
     """Storage on a SQLite file; what ``workhive.open("sqlite:///…")`` builds.
 
-    ``clock`` replaces ``time.time`` as the database clock (tests time-travel with it).
+    ``clock`` replaces hive time (``workhive_sqlite.clock``) as the database clock
+    (tests time-travel with it); ``time_sources`` replaces the clocks hive time is
+    built from (tests step the wall clock with it).
+    ``create=False`` opens only an existing hive: a missing file (or directory)
+    raises ``HiveNotFound`` and nothing is created (read-only commands use it).
 
     >>> async def main():  # doctest: +SKIP
     ...     async with workhive.Hive(SqliteStorage("sqlite:///.workhive/hive.db")) as hive:
@@ -95,12 +111,25 @@ class SqliteStorage:
 
     capabilities = frozenset({"notify", "multiprocess"})
 
-    def __init__(self, url: str, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] | None = None,
+        create: bool = True,
+        time_sources: TimeSources | None = None,
+    ) -> None:
         self.url = url
+        self.create = create
         self.config: SqliteConfig = parse_url(url)
         # Resolved now: a later chdir must not move the store.
         self.path = Path(os.path.abspath(self.config.path))
-        self._clock: Callable[[], float] = clock if clock is not None else time.time
+        self._hive_clock: HiveClock | None = None
+        self._clock: Callable[[], float]
+        if clock is None:
+            self._hive_clock = self._clock = HiveClock(time_sources)
+        else:
+            self._clock = clock
         self._conn: Any = None
         self._execute: Callable[..., Awaitable[Any]] | None = None
         self._ops: Operations | None = None
@@ -125,13 +154,26 @@ class SqliteStorage:
 
         self._check_path()
         cfg = self.config
-        conn = await aiosqlite.connect(
-            str(self.path),
+        connecting = aiosqlite.connect(
+            self._target(),
             timeout=0,  # busy waits happen in Operations._begin (see there) and _retry_busy
             isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE … COMMIT
             check_same_thread=False,
             cached_statements=256,
+            uri=not self.create,
         )
+        # aiosqlite's thread is not a daemon: a program that never closes its hive
+        # would hang at exit waiting for it. As a daemon it ends with the program;
+        # SQLite's journal makes that as safe as a crash (a commit is all or nothing).
+        thread = getattr(connecting, "_thread", None)
+        if thread is None:
+            raise StorageUnavailable(
+                f"this aiosqlite ({getattr(aiosqlite, '__version__', '?')}) has no Connection._thread; "
+                "install a supported version: pip install 'aiosqlite>=0.20,<1'"
+            )
+        thread.daemon = True
+        thread.name = f"workhive-sqlite {self.path.name}"
+        conn = await connecting
         # One round trip per operation needs a way to run a function on the
         # connection's thread; aiosqlite's `_execute(fn, *args)` is that (stable
         # since aiosqlite 0.x through 0.22, the same queue its public methods use).
@@ -156,12 +198,19 @@ class SqliteStorage:
 
     def _open_fast(self) -> None:
         """Open the event loop's own connection: no busy wait, no checkpoints (see ``_run``)."""
+        try:
+            self._connect_fast()
+        except sqlite3.Error as exc:
+            raise self._failure(exc) from exc
+
+    def _connect_fast(self) -> None:
         conn = sqlite3.connect(
-            str(self.path),
+            self._target(),
             timeout=0,  # SQLITE_BUSY at once: the operation then goes to the thread, which waits
             isolation_level=None,
             check_same_thread=False,  # _run checks the thread itself and falls back
             cached_statements=256,
+            uri=not self.create,
         )
         try:
             conn.execute(f"PRAGMA synchronous = {self.config.synchronous.upper()}")
@@ -173,8 +222,31 @@ class SqliteStorage:
         self._fast = Operations(conn, self._clock, 0.0)
         self._loop_thread = threading.get_ident()
 
+    def _target(self) -> str:
+        """What the connections open: the path, or with ``create=False`` a URI that never creates the file."""
+        if self.create:
+            return str(self.path)
+        # mode=rw: SQLite refuses a missing file instead of creating it, so a file
+        # deleted between _check_path and the connect is not silently recreated.
+        return f"{self.path.as_uri()}?mode=rw"
+
+    def _not_found(self, why: str) -> HiveNotFound:
+        return HiveNotFound(
+            f"no workhive hive at {self.path}: {why}; check the storage URL, or push to it first "
+            "(reading never creates one)",
+            path=str(self.path),
+        )
+
     def _check_path(self) -> None:
         path = self.path
+        if not self.create:
+            # Checked before anything else: nothing may be created, not even the directory.
+            if not path.parent.is_dir():
+                raise self._not_found(f"the directory {path.parent} does not exist")
+            if not path.exists():
+                raise self._not_found("the file does not exist")
+            if path.is_file() and path.stat().st_size == 0:
+                raise self._not_found("the file is empty")
         if path.is_dir():
             raise StorageUnavailable(
                 f"SQLite store {path} is a directory; the URL must name a file, e.g. sqlite:///{path}/hive.db",
@@ -206,7 +278,8 @@ class SqliteStorage:
             if header and header != _SQLITE_HEADER:
                 raise StorageUnavailable(
                     f"{path} exists but is not a SQLite database; point the URL at a new file "
-                    "(e.g. sqlite:///.workhive/hive.db) or move that file away",
+                    "(e.g. sqlite:///.workhive/hive.db) or move that file away (if it was a workhive store, its "
+                    "first page is damaged: restore it from a backup)",
                     path=str(path),
                 )
 
@@ -217,6 +290,9 @@ class SqliteStorage:
             raise StorageUnavailable(
                 f"workhive-sqlite needs SQLite >= 3.35 (RETURNING); this Python links {sqlite3.sqlite_version}"
             )
+        if not self.create and conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+            # Before WAL mode is set, which would write to the file.
+            raise self._not_found("the file holds no workhive schema")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StorageUnavailable(
@@ -229,6 +305,21 @@ class SqliteStorage:
         # operations, while the event loop goes on: not inside a commit.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         migrate(conn, str(self.path), self._ops.begin)
+        self._check_integrity(conn)
+        if self._hive_clock is not None:
+            self._ops.write(self._hive_clock.anchor, conn)
+
+    def _check_integrity(self, conn: sqlite3.Connection) -> None:
+        """Refuse a damaged file at open, so no command half-works on it (see ``QUICK_CHECK_MAX_BYTES``).
+
+        The header and the schema were read already (a damaged one failed there).
+        """
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        if pages * page_size <= QUICK_CHECK_MAX_BYTES:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                raise self._corrupt("; ".join(problems))
 
     async def close(self) -> None:
         watcher, self._watcher = self._watcher, None
@@ -243,6 +334,10 @@ class SqliteStorage:
             # Let it finish: it is already on the thread, and closing waits for it anyway.
             with contextlib.suppress(Exception):
                 await checkpointing
+        if self._hive_clock is not None and self._hive_clock.anchored and self._ops is not None:
+            # The floor for the next boot's anchor (see workhive_sqlite.clock); best effort.
+            with contextlib.suppress(StorageError):
+                await self._call(Operations.write, self._db, self._hive_clock.record, self._db.conn)
         fast, self._fast = self._fast, None
         if fast is not None:
             # Closed first, so the threaded connection is the file's last one in this
@@ -320,6 +415,8 @@ class SqliteStorage:
         """
         with contextlib.suppress(StorageError):
             await self._call(Operations.checkpoint, self._db, WAL_RESTART_FRAMES)
+            if self._hive_clock is not None:
+                await self._call(Operations.write, self._db, self._hive_clock.record, self._db.conn)
 
     # -- the one round trip -------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -362,11 +459,21 @@ class SqliteStorage:
         )
 
     def _failure(self, exc: sqlite3.Error) -> StorageError:
+        """The workhive error for a SQLite error, by its result code (the text where Python gives none)."""
         text = str(exc)
-        if "not a database" in text:
-            return StorageUnavailable(
-                f"{self.path} is not a SQLite database (or is encrypted/corrupt); point the URL at a new file",
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = None if code is None else code & 0xFF
+        if primary in (SQLITE_CORRUPT, SQLITE_NOTADB) or (
+            primary is None and ("malformed" in text or "not a database" in text)
+        ):
+            return self._corrupt(text)
+        if primary == SQLITE_FULL or (primary is None and "is full" in text):
+            return StorageError(
+                f"SQLite store {self.path} is full ({text}): the disk holding {self.path.parent} has no space "
+                "left (or the file reached its size limit); the call that met it changed nothing. Free space "
+                "there, then run again",
                 path=str(self.path),
+                sqlite_error="SQLITE_FULL",
             )
         if "readonly" in text or "unable to open" in text:
             return StorageUnavailable(
@@ -374,6 +481,15 @@ class SqliteStorage:
                 path=str(self.path),
             )
         return StorageError(f"SQLite store {self.path}: {text}", path=str(self.path))
+
+    def _corrupt(self, found: str) -> StorageCorrupt:
+        path = self.path
+        return StorageCorrupt(
+            f"SQLite store {path} is damaged ({found}): stop every process using it, move {path.name} and its "
+            f"-wal and -shm files aside, and restore them from a backup (`sqlite3 {path} .recover` may salvage "
+            "what is readable into a new file)",
+            path=str(path),
+        )
 
     @property
     def _db(self) -> Operations:
@@ -537,6 +653,10 @@ class SqliteStorage:
         return reaped
 
     # -- shared state -------------------------------------------------------
+    async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
+        """Reserve rate budget for the fleet in one transaction (``workhive.budgets.TakesBudget``)."""
+        return await self._run(take_budget, choices, max_wait)
+
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
         await self._run(Operations.state_put, namespace, key, value, ttl)
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from workhive.errors import WorkerLost, WorkerNotFound
+from workhive.ids import item_number
 from workhive.models import (
     Ack,
     ItemState,
@@ -130,12 +131,12 @@ UPDATE items SET
     error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
             || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
     finished_at = ?2,
-    lease_expires_at = NULL
+    lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 AND attempts >= max_attempts
 """
 
 _COMPLETE = """
-UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL
+UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
 """
 
@@ -146,14 +147,14 @@ UPDATE items SET
     available_at = CASE WHEN ?1 OR attempts >= max_attempts THEN available_at ELSE ?3 END,
     finished_at = CASE WHEN ?1 OR attempts >= max_attempts THEN ?4 ELSE NULL END,
     claimed_by = CASE WHEN ?1 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
-    lease_expires_at = NULL
+    lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?5 AND pool = ?6 AND state = 'claimed' AND token = ?7 AND lease_expires_at > ?4
 RETURNING state
 """
 
 _RELEASE = """
 UPDATE items SET state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
-    claimed_by = NULL, lease_expires_at = NULL
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
 """
 
@@ -262,14 +263,14 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def _item(row: Sequence[Any]) -> WorkItem:
-    return WorkItem(str(row[0]), row[1], row[2], _STATES[row[3]], *row[4:])
+    return WorkItem(f"i{row[0]:016x}", row[1], row[2], _STATES[row[3]], *row[4:])
 
 
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease: float) -> WorkItem:
     """A just-claimed item from its ``_CLAIMED_COLS`` row and what the claim set."""
     r = row
     return WorkItem(
-        str(r[0]), pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
+        f"i{r[0]:016x}", pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
         worker_id, expiry, lease, r[8], r[9], None, None, r[10],
     )  # fmt: skip
 
@@ -286,15 +287,6 @@ def _worker(row: Sequence[Any]) -> WorkerRecord:
         row[7],
         row[8],
     )
-
-
-def _int_id(item_id: str) -> int | None:
-    """The integer key of an item id, or None for ids this store never issued."""
-    try:
-        value = int(item_id)
-    except (TypeError, ValueError):
-        return None
-    return value if str(value) == item_id else None
 
 
 class Operations:
@@ -376,6 +368,10 @@ class Operations:
         """Run ``body`` in one immediate transaction (several statements, all or nothing)."""
         return self._locked(self._transaction, body, *args)
 
+    def write(self, body: Callable[..., T], *args: Any) -> T:
+        """``_write`` for callers outside this class (the clock's anchor)."""
+        return self._write(body, *args)
+
     # -- items --------------------------------------------------------------
     def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
         return self._write(self._push, pool, items)
@@ -396,13 +392,13 @@ class Operations:
                 existing = batch_keys.get(key)
                 if existing is None:
                     found = conn.execute(_LIVE_DUPLICATE, (pool, key)).fetchone()
-                    existing = None if found is None else str(found[0])
+                    existing = None if found is None else f"i{found[0]:016x}"
                 if existing is not None:
                     ids.append(existing)
                     continue
-                batch_keys[key] = str(next_id)
+                batch_keys[key] = f"i{next_id:016x}"
             values += (next_id, item.payload, item.priority, item.max_attempts, now + item.delay, key)
-            ids.append(str(next_id))
+            ids.append(f"i{next_id:016x}")  # workhive.ids shape, inlined on the push path
             next_id += 1
         if values:
             _insert(conn, pool, now, values)
@@ -450,7 +446,7 @@ class Operations:
         execute = self.conn.execute
         done = []
         for ack in acks:
-            key = _int_id(ack.item_id)
+            key = item_number(ack.item_id)
             done.append(
                 key is not None and execute(*_bind(_COMPLETE, (ack.result, now, key, pool, ack.token))).rowcount == 1
             )
@@ -474,7 +470,7 @@ class Operations:
         return True, self._claim(pool, worker_id, limit, lease)
 
     def fail(self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool) -> ItemState | None:
-        key = _int_id(item_id)
+        key = item_number(item_id)
         if key is None:
             return None
         return self._locked(self._fail, pool, key, token, error, retry_in, poison)
@@ -485,7 +481,7 @@ class Operations:
         return None if row is None else _STATES[row[0]]
 
     def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
-        key = _int_id(item_id)
+        key = item_number(item_id)
         if key is None:
             return False
         return self._locked(self._release, pool, key, token, delay)
@@ -495,7 +491,7 @@ class Operations:
         return self.conn.execute(*_bind(_RELEASE, (now + delay, key, pool, token, now))).rowcount == 1
 
     def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
-        key = _int_id(item_id)
+        key = item_number(item_id)
         if key is None:
             return None
         return self._locked(self._extend, pool, key, token, lease)
@@ -510,7 +506,7 @@ class Operations:
         )
 
     def get(self, pool: str, item_id: str) -> WorkItem | None:
-        key = _int_id(item_id)
+        key = item_number(item_id)
         if key is None:
             return None
         row = self.conn.execute(f"SELECT {_COLS} FROM items WHERE id = ? AND pool = ?", (key, pool)).fetchone()
@@ -530,12 +526,12 @@ class Operations:
         now = self.clock()
         sql = """
             UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
-                claimed_by = NULL, lease_expires_at = NULL
+                claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
             WHERE pool = ?2 AND state = 'poisoned'"""
         if item_ids is None:
             return self.conn.execute(*_bind(sql, (now, pool))).rowcount
         # One primary-key update per id (dict.fromkeys: a repeated id counts once).
-        keys = [k for k in (_int_id(i) for i in dict.fromkeys(item_ids)) if k is not None]
+        keys = [k for k in (item_number(i) for i in dict.fromkeys(item_ids)) if k is not None]
         sql += " AND id = ?3"
         execute = self.conn.execute
         return sum(execute(*_bind(sql, (now, pool, key))).rowcount for key in keys)
@@ -552,7 +548,7 @@ class Operations:
         poisoned = 0
         if spend_attempt:
             sql = f"""UPDATE items INDEXED BY items_leases
-                SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL,
+                SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
                     error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
                 WHERE {where} AND attempts >= max_attempts"""
             poisoned = conn.execute(*_bind(sql, args)).rowcount
@@ -560,7 +556,7 @@ class Operations:
         else:
             refund = ", attempts = max(attempts - 1, 0), releases = releases + 1"
         sql = f"""UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
-                lease_expires_at = NULL{refund}
+                lease_expires_at = NULL, lease_seconds = NULL{refund}
             WHERE {where}"""
         released = conn.execute(*_bind(sql, args)).rowcount
         return released, poisoned
@@ -606,9 +602,20 @@ class Operations:
         )
         pending, ready = conn.execute(*_bind(sql, (pool, now))).fetchone()
         oldest = conn.execute(
-            "SELECT min(created_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?",
+            "SELECT min(available_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?",
             (pool, now),
         ).fetchone()[0]
+        # Expired leases not yet settled count as what they already are: ready
+        # again since their expiry, or poisoned when their attempts are spent.
+        expired_ready, expired_spent, expired_oldest = conn.execute(
+            "SELECT count(CASE WHEN attempts < max_attempts THEN 1 END), "
+            "count(CASE WHEN attempts >= max_attempts THEN 1 END), "
+            "min(CASE WHEN attempts < max_attempts THEN lease_expires_at END) "
+            "FROM items WHERE pool = ? AND state = 'claimed' AND lease_expires_at <= ?",
+            (pool, now),
+        ).fetchone()
+        if expired_oldest is not None:
+            oldest = expired_oldest if oldest is None else min(oldest, expired_oldest)
         claimed = conn.execute(
             "SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ? AND state = 'claimed'", (pool,)
         ).fetchone()[0]
@@ -620,11 +627,11 @@ class Operations:
         total = 0 if row is None else row[0]
         return PoolStats(
             pool=pool,
-            pending=ready,
+            pending=ready + expired_ready,
             delayed=pending - ready,
-            claimed=claimed,
+            claimed=claimed - expired_ready - expired_spent,
             done=total - pending - claimed - poisoned,
-            poisoned=poisoned,
+            poisoned=poisoned + expired_spent,
             oldest_pending_at=oldest,
         )
 

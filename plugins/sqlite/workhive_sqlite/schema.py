@@ -108,8 +108,31 @@ _V2: Sequence[str] = (
     "INSERT INTO pools (pool, items) SELECT pool, count(*) FROM items GROUP BY pool",
 )
 
+_V3: Sequence[str] = (
+    # Hive time's anchor for the current boot (see workhive_sqlite.clock): one row.
+    """
+    CREATE TABLE clock (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        boot_id TEXT NOT NULL,
+        offset REAL NOT NULL,
+        seen REAL NOT NULL
+    )
+    """,
+)
+
+_V4: Sequence[str] = (
+    # Fleet rate budgets (workhive.budgets): the theoretical arrival time of each
+    # credential's budget dimension, on hive time.
+    """
+    CREATE TABLE budgets (
+        key TEXT PRIMARY KEY,
+        tat REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
+
 #: MIGRATIONS[i] takes a file from schema version i to i + 1.
-MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2)
+MIGRATIONS: tuple[Sequence[str], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,574 @@
+"""Rate budgets per API key, shared by the whole fleet through the storage backend.
+
+A credential may carry a ``Budget``: requests per minute (``rpm``), tokens
+per minute (``tpm``) and tokens per day (``tpd``). Before a handler's call
+the worker *reserves* budget for the key it leases, in one atomic storage
+call (``TakesBudget.take_budget``), and waits the time the backend says
+before calling — instead of calling into a 429.
+
+The limiter is GCRA (the generic cell rate algorithm, as in ATM networks and
+redis-cell): per key and dimension the store keeps one number, the
+*theoretical arrival time* (TAT). A take of ``cost`` units at ``interval``
+seconds per unit moves the TAT to ``max(TAT, now) + cost * interval``; it may
+go once ``new TAT - tolerance <= now``, so ``tolerance`` is the burst allowed
+on top of the steady rate. Reserving ahead (the TAT moves even when the taker
+must wait a little) makes takers queue in arrival order and costs one round
+trip per call, with no polling.
+
+Several choices (one per usable key, least recently used first) go in one
+call: the backend reserves the one that can go soonest (ties: the first
+given), which is the runtime's key choice. A correction (``report_usage``:
+actual tokens − estimate) is a take of that difference with no bound on the
+wait; a negative one hands budget back.
+
+Limits that were not given are learned (AIMD, as TCP does with its window):
+each key has an effective rate, kept in the hive's shared state (namespace
+``workhive-budgets``) as a base rate, the time it was set and a version. From
+there it grows with time while calls succeed: doubling every
+``RAMP_DOUBLING_SECONDS`` while ramping up from ``LEARN_START_RPS``, then by
+``GROWTH`` of the base per second (additive increase). A 429 on a call
+reserved under the current version sets a new base, the rate at that moment
+times ``DECREASE`` (multiplicative decrease), or times the share of recent
+calls that went through when lower (a ramp that overshot lands near the real
+limit in one step), and bumps the version; the 429s of calls reserved
+before it are already answered by it. Because the rate is a function of the
+shared base and the clock, every process follows the same rate without
+publishing increases, and a restart resumes from it; ``workhive status``
+shows its base. Growth is credited only while calls wait for budget (the
+budget, not the workload, sets the pace): a key that is idle or not used to
+its rate does not bank rate it never tried.
+A known limit is the ceiling: a 429 under it lowers the effective rate too,
+and it recovers to it.
+
+>>> budget = Budget.parse({"rpm": "500", "tpm": "200000"}, credential="OPENAI_API_KEY")
+>>> budget
+Budget(rpm=500.0, tpm=200000.0, tpd=None)
+>>> [t.key for t in budget.takes("OPENAI_API_KEY", tokens=1000, rps=budget.rpm / 60)]
+['OPENAI_API_KEY:rpm', 'OPENAI_API_KEY:tpm']
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+
+from workhive.errors import BudgetUnsatisfiable, ConfigError, InvalidArgument
+
+if TYPE_CHECKING:
+    from workhive.credentials import Credential
+    from workhive.hive import Hive
+    from workhive.shared_state import SharedState
+
+__all__ = [
+    "BUDGET_NAMESPACE",
+    "Budget",
+    "BudgetTake",
+    "FleetBudgets",
+    "KeyRate",
+    "Reservation",
+    "TakesBudget",
+    "gcra_choose",
+    "learned_rates",
+]
+
+log = logging.getLogger("workhive.budgets")
+
+#: the shared-state namespace learned rates live in
+BUDGET_NAMESPACE = "workhive-budgets"
+#: how long a learned rate is kept without being touched (seconds)
+RATE_TTL = 30 * 86400.0
+#: a 429 multiplies the effective rate by this (multiplicative decrease) ...
+DECREASE = 0.8
+#: ... and the first one, which ends the ramp (it overshoots by the time the first 429 comes back), by this
+FIRST_DECREASE = 0.4
+#: ... or, when many recent calls were refused (a ramp that overshot), by the share that went
+#: through times this margin: the rate the key really took, a little under it
+SUCCESS_MARGIN = 0.8
+#: never below this factor in one decrease
+MIN_DECREASE = 0.1
+#: the share of calls that went through is counted over this many seconds, per key and process,
+#: and only from this many calls up
+OUTCOME_WINDOW = 1.0
+MIN_OUTCOMES = 8
+#: after the ramp the rate grows by this fraction of its base per second (back from a decrease in ~3 s)
+GROWTH = 0.04
+#: while ramping up the rate doubles this often (seconds)
+RAMP_DOUBLING_SECONDS = 1.0
+#: a key with no known limit starts learning at this many requests per second
+LEARN_START_RPS = 5.0
+#: the learned rate never goes below this (one call a minute) nor above LEARN_MAX_RPS
+LEARN_MIN_RPS = 1.0 / 60.0
+LEARN_MAX_RPS = 10_000.0
+#: tokens may burst by this many seconds' worth of the per-minute rate
+TOKEN_BURST_SECONDS = 1.0
+#: a reservation is made at most this far ahead (seconds): a worker whose slot lies further out
+#: comes back later, so a queue of reservations never outlives a change of the rate
+RESERVE_AHEAD = 0.25
+#: how often a process re-reads the fleet's learned rates, at most
+REFRESH_SECONDS = 0.2
+
+_FIELDS = ("rpm", "tpm", "tpd")
+_SECONDS = {"rpm": 60.0, "tpm": 60.0, "tpd": 86400.0}
+
+
+def _limit(credential: str, field: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        bad = True
+    elif isinstance(value, (int, float)):
+        number, bad = float(value), False
+    elif isinstance(value, str):
+        try:
+            number, bad = float(value.strip()), False
+        except ValueError:
+            bad = True
+    else:
+        bad = True
+    if bad or not math.isfinite(number) or number <= 0:
+        raise ConfigError(
+            f"credential {credential!r}: budget {field}={value!r} must be a positive number "
+            f"({field} = {'requests' if field == 'rpm' else 'tokens'} per {'day' if field == 'tpd' else 'minute'}, "
+            "e.g. rpm=500&tpm=200000)",
+            credential=credential,
+            field=field,
+        )
+    return number
+
+
+@attrs.frozen
+class Budget:
+    """A key's limits: requests per minute, tokens per minute, tokens per day (None: not limited/unknown).
+
+    >>> Budget(rpm=60).rps
+    1.0
+    """
+
+    rpm: float | None = None
+    tpm: float | None = None
+    tpd: float | None = None
+
+    @classmethod
+    def parse(cls, values: Mapping[str, object], *, credential: str) -> Budget:
+        """From ``{"rpm": "500", ...}`` (a spec's query, environment variables); ``ConfigError`` names the field.
+
+        >>> Budget.parse({"rpm": "0"}, credential="K")
+        Traceback (most recent call last):
+        ...
+        workhive.errors.ConfigError: credential 'K': budget rpm='0' must be a positive number ...
+        """
+        unknown = sorted(set(values) - set(_FIELDS))
+        if unknown:
+            raise ConfigError(
+                f"credential {credential!r}: unknown budget field(s) {', '.join(unknown)}; "
+                f"the fields are {', '.join(_FIELDS)}",
+                credential=credential,
+                field=unknown[0],
+            )
+        return cls(**{f: _limit(credential, f, values.get(f)) for f in _FIELDS})
+
+    @property
+    def empty(self) -> bool:
+        return self.rpm is None and self.tpm is None and self.tpd is None
+
+    @property
+    def rps(self) -> float | None:
+        """Requests per second, if known."""
+        return None if self.rpm is None else self.rpm / 60.0
+
+    def check_tokens(self, credential: str, tokens: float) -> None:
+        """``BudgetUnsatisfiable`` when one call of ``tokens`` could never fit the per-minute or per-day budget."""
+        for field in ("tpm", "tpd"):
+            limit = getattr(self, field)
+            if limit is not None and tokens > limit:
+                raise BudgetUnsatisfiable(
+                    f"credential {credential!r}: a call estimated at {tokens:g} tokens can never fit its "
+                    f"{field} budget of {limit:g}; lower the estimate (--token-estimate, or the handler's "
+                    f"estimate_tokens) or raise the budget",
+                    credential=credential,
+                    field=field,
+                    tokens=tokens,
+                )
+
+    def takes(self, key: str, *, tokens: float, rps: float | None) -> list[BudgetTake]:
+        """The takes of one call: a request at ``rps`` (the effective rate) and ``tokens`` against tpm/tpd."""
+        out = []
+        if rps is not None:
+            # One request of tolerance: calls spaced at the rate, the provider's burst allowance left as slack
+            # for the jitter between the schedule and when calls arrive (using it costs 429s, measured).
+            out.append(BudgetTake(f"{key}:rpm", 1.0 / rps, 1.0 / rps, 1.0))
+        for field in ("tpm", "tpd"):
+            limit = getattr(self, field)
+            if limit is not None and tokens:
+                interval = _SECONDS[field] / limit
+                out.append(BudgetTake(f"{key}:{field}", interval, TOKEN_BURST_SECONDS, float(tokens)))
+        return out
+
+    def corrections(self, key: str, delta: float) -> list[BudgetTake]:
+        """Takes that move the token dimensions by ``delta`` tokens (negative: give back)."""
+        return [
+            BudgetTake(f"{key}:{field}", _SECONDS[field] / getattr(self, field), TOKEN_BURST_SECONDS, float(delta))
+            for field in ("tpm", "tpd")
+            if getattr(self, field) is not None and delta
+        ]
+
+
+@attrs.frozen
+class BudgetTake:
+    """One dimension of one call: ``cost`` units at ``interval`` seconds per unit, ``tolerance`` seconds of burst."""
+
+    key: str
+    interval: float
+    tolerance: float
+    cost: float
+
+
+def gcra_choose(
+    tats: Mapping[str, float], now: float, choices: Sequence[Sequence[BudgetTake]], max_wait: float
+) -> tuple[int, float, dict[str, float]]:
+    """The GCRA decision every backend makes atomically: ``(index, wait, new TATs to store)``.
+
+    ``index`` is the choice that can go soonest (ties: the first); its
+    ``wait`` is seconds from ``now``. If ``wait <= max_wait`` the returned
+    TATs reserve it (store them); otherwise the dict is empty and nothing is
+    taken. Keys missing from ``tats`` have never been used.
+
+    >>> take = BudgetTake("k:rpm", 1.0, 1.0, 1.0)
+    >>> gcra_choose({}, 100.0, [[take]], 0.0)
+    (0, 0.0, {'k:rpm': 101.0})
+    >>> gcra_choose({"k:rpm": 101.0}, 100.0, [[take]], 5.0)
+    (0, 1.0, {'k:rpm': 102.0})
+    """
+    if not choices:
+        raise InvalidArgument("take_budget needs at least one choice")
+    best_index, best_wait, best_tats = 0, math.inf, {}
+    for index, takes in enumerate(choices):
+        wait = 0.0
+        new: dict[str, float] = {}
+        for take in takes:
+            base = max(new.get(take.key, tats.get(take.key, now)), now)
+            tat = max(base + take.cost * take.interval, now)
+            new[take.key] = tat
+            if take.cost > 0:
+                wait = max(wait, tat - take.tolerance - now)
+        if wait < best_wait:
+            best_index, best_wait, best_tats = index, wait, new
+    if best_wait > max_wait:
+        return best_index, best_wait, {}
+    return best_index, best_wait, best_tats
+
+
+@runtime_checkable
+class TakesBudget(Protocol):
+    """An optional storage capability: reserve rate budget for the fleet in one atomic step.
+
+    The runtime checks for it with ``isinstance`` when budgets are configured.
+    Implementations compute ``gcra_choose`` on the backend's clock over the
+    stored TATs of every key named, and store the new TATs, atomically (one
+    transaction, one SQL statement, one Lua script).
+
+    >>> class MyBackend:  # doctest: +SKIP
+    ...     async def take_budget(self, choices, max_wait):
+    ...         async with self.transaction():
+    ...             now = await self.now()
+    ...             index, wait, new = gcra_choose(await self._tats(choices), now, choices, max_wait)
+    ...             await self._store_tats(new)
+    ...             return index, wait
+    """
+
+    async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
+        """Reserve the choice that can go soonest if it can go within ``max_wait`` seconds.
+
+        Returns ``(index, wait)``: when ``wait <= max_wait`` the choice at
+        ``index`` is reserved and its call may go ``wait`` seconds from now;
+        otherwise nothing changed and ``wait`` is when the soonest could go.
+        """
+        ...
+
+
+# -- the runtime's side ------------------------------------------------------------
+@attrs.define
+class KeyRate:
+    """A key's effective request rate: ``base`` requests/s set at ``since`` (seconds since the epoch), growing.
+
+    ``version`` rises with every decrease, so a 429 on a call reserved under an
+    older rate (already answered by a decrease) does not decrease it again.
+    ``ramping`` is True until the first decrease. ``fp`` tells keys under one
+    name apart (a fingerprint, never the key).
+
+    >>> rate = KeyRate(base=2.0, since=100.0, ramping=False)
+    >>> rate.value(110.0, ceiling=1000.0)
+    2.4
+    """
+
+    base: float
+    since: float
+    version: int = 0
+    ramping: bool = True
+    fp: str = ""
+
+    def value(self, now: float, ceiling: float) -> float:
+        elapsed = max(0.0, now - self.since)
+        if self.ramping:
+            grown = self.base * 2.0 ** min(elapsed / RAMP_DOUBLING_SECONDS, 64.0)
+        else:
+            grown = self.base * (1.0 + GROWTH * elapsed)
+        return max(LEARN_MIN_RPS, min(ceiling, grown))
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, value: object) -> KeyRate | None:
+        if not isinstance(value, dict):
+            return None
+        base, since, version = value.get("base"), value.get("since"), value.get("version")
+        numbers = (base, since)
+        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+            return None
+        if base <= 0 or isinstance(version, bool) or not isinstance(version, int):  # type: ignore[operator]
+            return None
+        return cls(float(base), float(since), version, bool(value.get("ramping", False)), str(value.get("fp", "")))  # type: ignore[arg-type]
+
+
+@attrs.frozen
+class Reservation:
+    """Budget reserved for one call: the key, when the call may go, what was taken, and under which rate."""
+
+    credential: Credential
+    wait: float
+    tokens: float
+    version: int
+
+
+@attrs.define
+class _KeyState:
+    credential: Credential
+    budget: Budget
+    rate: KeyRate | None
+    grown: float = 0.0  # seconds of growth credited to the rate since it was set (only while the budget paced calls)
+    ticked: float = -math.inf  # when growth was last credited
+    outcomes: collections.deque[tuple[float, bool]] = attrs.field(factory=collections.deque)
+
+    def outcome(self, now: float, *, ok: bool) -> None:
+        self.outcomes.append((now, ok))
+        while self.outcomes and self.outcomes[0][0] < now - OUTCOME_WINDOW:
+            self.outcomes.popleft()
+
+    def success_share(self, now: float) -> float:
+        """The share of this process's calls on the key that went through, recently and since the last decrease."""
+        recent = [ok for at, ok in self.outcomes if at >= now - OUTCOME_WINDOW]
+        return sum(recent) / len(recent) if len(recent) >= MIN_OUTCOMES else 1.0
+
+    @property
+    def ceiling(self) -> float:
+        return self.budget.rps if self.budget.rps is not None else LEARN_MAX_RPS
+
+    def rps(self, now: float) -> float | None:
+        if self.rate is None:
+            return None
+        return self.rate.value(self.rate.since + self.grown, self.ceiling)
+
+    def reset(self, rate: KeyRate, now: float) -> None:
+        """A new base rate (a decrease here or elsewhere): growth and outcomes start over."""
+        self.rate, self.grown, self.ticked = rate, 0.0, now
+        self.outcomes.clear()
+
+
+class FleetBudgets:
+    """The budgets of a fleet's credentials: reserve, correct, learn.
+
+    ``storage`` must implement ``TakesBudget``; ``shared`` is where learned
+    rates live (``hive.shared(BUDGET_NAMESPACE)``). Keys with a known ``rpm``
+    follow it (lowered by 429s, recovering to it); keys without one follow a
+    learned rate when ``learn`` is True, else only their token budgets.
+
+    >>> budgets = FleetBudgets(hive.storage, hive.shared(BUDGET_NAMESPACE), pool.credentials)  # doctest: +SKIP
+    >>> reservation, wait = await budgets.reserve(candidates, tokens=500, max_wait=30)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        storage: TakesBudget,
+        shared: SharedState | None,
+        credentials: Sequence[Credential],
+        *,
+        learn: bool = False,
+        reserve_ahead: float = RESERVE_AHEAD,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # Wall-clock time: the base and since of a learned rate are read by every process of the fleet.
+        self._storage = storage
+        self._shared = shared
+        self.reserve_ahead = reserve_ahead
+        self._clock = clock
+        self._keys: dict[str, _KeyState] = {}
+        now = clock()
+        for credential in credentials:
+            budget = getattr(credential, "budget", None) or Budget()
+            fp = credential.secret.fingerprint()
+            rate = None
+            if budget.rps is not None:
+                rate = KeyRate(budget.rps, now, ramping=False, fp=fp)
+            elif learn:
+                rate = KeyRate(LEARN_START_RPS, now, fp=fp)
+            self._keys[credential.name] = _KeyState(credential, budget, rate)
+        self._refreshed_at = -math.inf
+
+    @property
+    def active(self) -> bool:
+        """Whether any key has a budget to keep (known limits, or learning)."""
+        return any(s.rate is not None or not s.budget.empty for s in self._keys.values())
+
+    def budget_of(self, credential: Credential) -> Budget:
+        return self._state(credential).budget
+
+    def _state(self, credential: Credential) -> _KeyState:
+        state = self._keys.get(getattr(credential, "name", ""))
+        if state is None:
+            raise InvalidArgument(f"credential {getattr(credential, 'name', credential)!r} has no budget here")
+        return state
+
+    def _key(self, state: _KeyState) -> str:
+        # The fingerprint keeps a key replaced under the same name from inheriting the old one's schedule.
+        return f"{state.credential.name}#{state.credential.secret.fingerprint()[:8]}"
+
+    def check_tokens(self, tokens: float) -> None:
+        """``BudgetUnsatisfiable`` if ``tokens`` exceeds any key's tpm/tpd (checked at start for the default)."""
+        for state in self._keys.values():
+            state.budget.check_tokens(state.credential.name, tokens)
+
+    async def reserve(
+        self, candidates: Sequence[Credential], *, tokens: float, max_wait: float
+    ) -> tuple[Reservation | None, float]:
+        """Reserve one call on the candidate that can go soonest (candidates in least-recently-used order).
+
+        Returns ``(reservation, wait)``: sleep ``wait`` seconds, then call; or
+        ``(None, retry_in)`` when none of them can go within ``max_wait`` or
+        ``RESERVE_AHEAD`` (nothing taken; ask again in ``retry_in`` seconds).
+        Raises ``BudgetUnsatisfiable`` when ``tokens`` can never fit a
+        candidate's budget.
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not tokens >= 0 or tokens == math.inf:
+            raise InvalidArgument(f"a token estimate must be a number >= 0, got {tokens!r}", tokens=tokens)
+        await self.refresh()
+        states = [self._state(c) for c in candidates]
+        for state in states:
+            state.budget.check_tokens(state.credential.name, tokens)
+        now = self._clock()
+        choices = [s.budget.takes(self._key(s), tokens=tokens, rps=s.rps(now)) for s in states]
+        ahead = min(max_wait, self.reserve_ahead)
+        index, wait = await self._storage.take_budget(choices, ahead)
+        if wait > ahead:
+            return None, wait - ahead
+        state = states[index]
+        version = 0 if state.rate is None else state.rate.version
+        return Reservation(state.credential, wait, float(tokens), version), wait
+
+    async def report_usage(self, reservation: Reservation, tokens: float) -> None:
+        """Correct the token budget by what the call really used (``tokens`` − the estimate)."""
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens < 0:
+            raise InvalidArgument(f"usage must be a finite number of tokens >= 0, got {tokens!r}", tokens=tokens)
+        state = self._state(reservation.credential)
+        takes = state.budget.corrections(self._key(state), tokens - reservation.tokens)
+        if takes:
+            await self._storage.take_budget([takes], math.inf)
+
+    # -- learning ----------------------------------------------------------------
+    async def rate_limited(self, reservation: Reservation) -> None:
+        """A 429 on a reserved call: lower the key's rate fleet-wide (once per rate version).
+
+        The new rate is the current one times ``DECREASE``, or times the share
+        of this process's recent calls on the key that went through (less a
+        margin) when that is lower: after a ramp overshoots, one decrease lands
+        near the key's real limit instead of halving again and again.
+        """
+        state = self._state(reservation.credential)
+        if state.rate is None:
+            return
+        state.outcome(self._clock(), ok=False)
+        await self.refresh(force=True)  # another process may have answered this burst of 429s already
+        rate = state.rate
+        if reservation.version < rate.version:
+            return  # already answered by a decrease after this call was reserved
+        now = self._clock()
+        factor = max(
+            MIN_DECREASE, min(FIRST_DECREASE if rate.ramping else DECREASE, state.success_share(now) * SUCCESS_MARGIN)
+        )
+        current = state.rps(now) or rate.base
+        # Calls made at the old rate say nothing about the new one: growth and outcomes start over.
+        state.reset(KeyRate(current * factor, now, rate.version + 1, False, rate.fp), now)
+        log.info("credential %s: 429 under budget; effective rate now %.3g/s", state.credential.name, state.rate.base)
+        await self._publish(state)
+
+    async def succeeded(self, reservation: Reservation) -> None:
+        """A call went through; if it had waited for budget, the rate grows by the time since the last one."""
+        state = self._state(reservation.credential)
+        rate = state.rate
+        if rate is None:
+            return
+        now = self._clock()
+        state.outcome(now, ok=True)
+        if reservation.wait > 0 and state.ticked != -math.inf:
+            # Grow only while the budget sets the pace: a rate the workload never used is not evidence
+            # the key can take it (TCP's congestion window validation, in spirit).
+            # (a process sees only its share of the key's calls: a gap of a few intervals is no idle spell)
+            state.grown += min(now - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
+        state.ticked = now
+
+    async def _publish(self, state: _KeyState) -> None:
+        if self._shared is None or state.rate is None:
+            return
+        try:
+            await self._shared.put(state.credential.name, state.rate.to_json(), ttl=RATE_TTL)
+        except Exception as exc:  # the fleet learns on its own meanwhile; never lose an item over it
+            log.warning("could not share the rate of %s (%s)", state.credential.name, type(exc).__name__)
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Merge the fleet's learned rates (at most every ``REFRESH_SECONDS`` unless ``force``)."""
+        if self._shared is None:
+            return
+        now = self._clock()
+        if not force and now - self._refreshed_at < REFRESH_SECONDS:
+            return
+        self._refreshed_at = now
+        try:
+            stored = await self._shared.items()
+        except Exception as exc:
+            log.warning("could not read the fleet's learned rates (%s)", type(exc).__name__)
+            return
+        for name, state in self._keys.items():
+            mine = state.rate
+            theirs = KeyRate.from_json(stored.get(name))
+            if mine is None or theirs is None or theirs.fp != mine.fp:
+                continue
+            if theirs.version > mine.version:
+                state.reset(theirs, now)  # a decrease elsewhere (or before a restart) wins
+
+    def rates(self) -> dict[str, float | None]:
+        """Each key's effective requests per second as this process knows it (None: not rate-budgeted)."""
+        now = self._clock()
+        return {name: s.rps(now) for name, s in self._keys.items()}
+
+
+async def learned_rates(hive: Hive) -> dict[str, dict[str, Any]]:
+    """Each key's effective request rate as the fleet learned it, per minute, by key name.
+
+    What ``workhive status`` and the dashboard show; the key's fingerprint stays in storage.
+
+    >>> await learned_rates(hive)  # doctest: +SKIP
+    {'OPENAI_API_KEY': {'rpm': 412.5, 'decreases': 2, 'ramping': False}}
+    """
+    out = {}
+    for name, value in sorted((await hive.shared(BUDGET_NAMESPACE).items()).items()):
+        rate = KeyRate.from_json(value)
+        if rate is not None:  # the fingerprint stays in storage: it only tells keys apart
+            rpm = rate.value(time.time(), LEARN_MAX_RPS) * 60.0  # a known limit (not stored) caps it further
+            out[name] = {"rpm": round(rpm, 2), "decreases": rate.version, "ramping": rate.ramping}
+    return out

@@ -1,0 +1,442 @@
+"""Rate budgets: parsing and validation, the GCRA decision, reservation, usage correction, AIMD learning.
+
+Runs with the core alone: the storage side is a dict-backed ``TakesBudget``
+over ``gcra_choose`` on a fake clock (the real backends run the contract
+suite in their own tests), the learned rates live in a dict-backed shared area.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pytest
+from fake_shared_state import DictStateBackend, FakeClock
+
+import workhive
+from workhive.budgets import (
+    DECREASE,
+    FIRST_DECREASE,
+    GROWTH,
+    LEARN_START_RPS,
+    RAMP_DOUBLING_SECONDS,
+    Budget,
+    BudgetTake,
+    FleetBudgets,
+    KeyRate,
+    TakesBudget,
+    gcra_choose,
+)
+from workhive.credentials import Credential, CredentialPool
+from workhive.errors import BudgetUnsatisfiable, ConfigError, InvalidArgument
+from workhive.plugin_manager import PluginManager
+from workhive.runtime.context import HandlerContext
+from workhive.shared_state import SharedState
+
+
+class DictBudgets:
+    """A ``TakesBudget`` over a dict: what every backend does, minus the atomicity across processes."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.tats: dict[str, float] = {}
+        self.calls: list[tuple[list[list[BudgetTake]], float]] = []
+
+    async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
+        self.calls.append(([list(c) for c in choices], max_wait))
+        index, wait, new = gcra_choose(self.tats, self.clock(), choices, max_wait)
+        self.tats.update(new)
+        return index, wait
+
+
+def key(name: str, **budget: float) -> Credential:
+    return Credential(name, f"sk-{name}-secret", budget=Budget(**budget) if budget else None)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> DictBudgets:
+    return DictBudgets(clock)
+
+
+@pytest.fixture
+def shared(clock: FakeClock) -> SharedState:
+    return SharedState(DictStateBackend(clock), "workhive-budgets")  # type: ignore[arg-type]
+
+
+# -- parsing ----------------------------------------------------------------------------------
+def test_budget_parses_numbers_and_numeric_strings() -> None:
+    assert Budget.parse({"rpm": "500", "tpm": 200000, "tpd": 1.5e6}, credential="K") == Budget(500, 200000, 1.5e6)
+    assert Budget.parse({}, credential="K").empty
+    assert Budget(rpm=90).rps == 1.5 and Budget().rps is None
+
+
+@pytest.mark.parametrize("bad", [0, "0", -5, "-1", math.nan, "nan", math.inf, "inf", "fast", "", True, [500], {}])
+@pytest.mark.parametrize("field", ["rpm", "tpm", "tpd"])
+def test_zero_negative_nan_and_non_numbers_are_config_errors_naming_key_and_field(bad: object, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Budget.parse({field: bad}, credential="OPENAI_API_KEY_2")
+    assert "OPENAI_API_KEY_2" in str(info.value) and f"{field}=" in str(info.value)
+    assert info.value.credential == "OPENAI_API_KEY_2" and info.value.field == field  # type: ignore[attr-defined]
+
+
+def test_unknown_budget_fields_are_named() -> None:
+    with pytest.raises(ConfigError, match=r"unknown budget field.*rps.*rpm, tpm, tpd"):
+        Budget.parse({"rps": "5"}, credential="K")
+
+
+class _ListProvider:
+    def __init__(self, spec: str) -> None:
+        self.names = spec.split("+")
+
+    def credentials(self) -> list[Credential]:
+        return [Credential(n, f"sk-{n}", budget=Budget(tpm=1000) if n == "B" else None) for n in self.names]
+
+
+class _ListPlugin:
+    @workhive.hookimpl
+    def workhive_credentials(self) -> workhive.CredentialsPlugin:
+        return workhive.CredentialsPlugin(name="list", factory=_ListProvider)
+
+
+def test_a_spec_query_gives_every_key_of_the_spec_a_budget_over_the_providers() -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    pool = CredentialPool.from_specs(["list:A+B?rpm=500&tpd=1e6", "list:C"], manager=manager)
+    budgets = {c.name: c.budget for c in pool.credentials()}
+    assert budgets == {"A": Budget(rpm=500, tpd=1e6), "B": Budget(rpm=500, tpm=1000, tpd=1e6), "C": None}
+    assert "sk-" not in repr(pool.credentials())
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("list:A?rpm=0", "'A': budget rpm='0' must be a positive number"),
+        ("list:A?rpm=-3", "rpm='-3'"),
+        ("list:A?tpm=nan", "tpm='nan'"),
+        ("list:A?tpm=lots", "tpm='lots'"),
+        ("list:A?rpm", "must be field=value"),
+        ("list:A?rpm=1&rpm=2", "gives 'rpm' twice"),
+        ("list:A?burst=3", "unknown budget field"),
+    ],
+)
+def test_bad_spec_budgets_are_config_errors(spec: str, match: str) -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    with pytest.raises(ConfigError, match=match):
+        CredentialPool.from_specs([spec], manager=manager)
+
+
+def test_a_credential_budget_must_be_a_budget() -> None:
+    with pytest.raises(TypeError):
+        Credential("A", "sk-a", budget={"rpm": 5})  # type: ignore[arg-type]
+
+
+def test_a_token_estimate_over_tpm_or_tpd_can_never_go() -> None:
+    Budget(tpm=1000, tpd=5000).check_tokens("K", 1000)
+    with pytest.raises(BudgetUnsatisfiable, match=r"'K'.*1001 tokens.*tpm budget of 1000") as info:
+        Budget(tpm=1000).check_tokens("K", 1001)
+    assert isinstance(info.value, InvalidArgument) and info.value.field == "tpm"  # type: ignore[attr-defined]
+    with pytest.raises(BudgetUnsatisfiable, match="tpd"):
+        Budget(tpd=10).check_tokens("K", 11)
+
+
+# -- the GCRA decision ------------------------------------------------------------------------
+def test_gcra_spaces_calls_one_interval_apart_and_refuses_beyond_max_wait() -> None:
+    take = BudgetTake("k", 2.0, 2.0, 1.0)
+    tats: dict[str, float] = {}
+    waits = []
+    for _ in range(4):
+        _, wait, new = gcra_choose(tats, 10.0, [[take]], 100.0)
+        tats.update(new)
+        waits.append(wait)
+    assert waits == [0.0, 2.0, 4.0, 6.0]
+    assert gcra_choose(tats, 10.0, [[take]], 7.9) == (0, 8.0, {})
+    with pytest.raises(InvalidArgument):
+        gcra_choose({}, 0.0, [], 1.0)
+
+
+def test_gcra_takes_a_key_twice_in_one_choice_cumulatively() -> None:
+    take = BudgetTake("k", 1.0, 1.0, 1.0)
+    assert gcra_choose({}, 0.0, [[take, take]], 10.0) == (0, 1.0, {"k": 2.0})
+
+
+# -- reserving --------------------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_reserve_picks_the_key_that_can_go_soonest_then_the_least_recently_used(
+    store: DictBudgets, clock: FakeClock
+) -> None:
+    a, b = key("A", rpm=60), key("B", rpm=60)
+    budgets = FleetBudgets(store, None, [a, b], reserve_ahead=math.inf, clock=clock)
+    assert isinstance(store, TakesBudget) and budgets.active
+    first, _ = await budgets.reserve([a, b], tokens=0, max_wait=5)
+    second, _ = await budgets.reserve([a, b], tokens=0, max_wait=5)
+    assert first is not None and second is not None
+    assert (first.credential.name, first.wait) == ("A", 0.0)  # tie: the first given (least recently used)
+    assert (second.credential.name, second.wait) == ("B", 0.0)  # A must wait a second, B can go now
+    third, wait = await budgets.reserve([b, a], tokens=0, max_wait=5)
+    assert third is not None and (third.credential.name, third.wait) == ("B", 1.0) == (third.credential.name, wait)
+
+
+@pytest.mark.asyncio
+async def test_reserve_beyond_max_wait_takes_nothing_and_says_when(store: DictBudgets, clock: FakeClock) -> None:
+    a = key("A", rpm=6)  # one call per 10 s
+    budgets = FleetBudgets(store, None, [a], reserve_ahead=math.inf, clock=clock)
+    await budgets.reserve([a], tokens=0, max_wait=5)
+    before = dict(store.tats)
+    assert await budgets.reserve([a], tokens=0, max_wait=5) == (None, 5.0)  # could be reserved in 5 s
+    assert store.tats == before
+
+
+@pytest.mark.asyncio
+async def test_reservations_are_made_at_most_reserve_ahead_seconds_out(store: DictBudgets, clock: FakeClock) -> None:
+    """A queue of reservations never outlives a change of the rate: slots further out are asked for later."""
+    a = key("A", rpm=60)
+    budgets = FleetBudgets(store, None, [a], reserve_ahead=0.5, clock=clock)
+    first, _ = await budgets.reserve([a], tokens=0, max_wait=30)
+    assert first is not None and first.wait == 0
+    assert await budgets.reserve([a], tokens=0, max_wait=30) == (None, 0.5)
+    clock.advance(0.5)
+    second, wait = await budgets.reserve([a], tokens=0, max_wait=30)
+    assert second is not None and wait == pytest.approx(0.5)
+
+
+@pytest.mark.asyncio
+async def test_reserve_takes_the_estimate_from_tpm_and_tpd(store: DictBudgets, clock: FakeClock) -> None:
+    a = key("A", tpm=600, tpd=86400)  # 10 tokens/s, 1 token/s
+    budgets = FleetBudgets(store, None, [a], reserve_ahead=math.inf, clock=clock)
+    reservation, _ = await budgets.reserve([a], tokens=30, max_wait=60)
+    assert reservation is not None and reservation.wait == pytest.approx(29.0)  # tpd: 30 s of tokens, 1 s burst
+    keys = sorted(t.key.split(":")[1] for t in store.calls[-1][0][0])
+    assert keys == ["tpd", "tpm"], "no rpm take without a known or learned rate"
+    with pytest.raises(BudgetUnsatisfiable):
+        await budgets.reserve([a], tokens=601, max_wait=60)
+    for bad in (-1, math.nan, math.inf, "10", True):
+        with pytest.raises(InvalidArgument):
+            await budgets.reserve([a], tokens=bad, max_wait=60)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_reported_usage_corrects_the_reservation_by_actual_minus_estimate(
+    store: DictBudgets, clock: FakeClock
+) -> None:
+    a = key("A", tpm=60)  # one token a second, one second of burst
+    budgets = FleetBudgets(store, None, [a], reserve_ahead=math.inf, clock=clock)
+    reservation, _ = await budgets.reserve([a], tokens=10, max_wait=60)
+    assert reservation is not None
+    await budgets.report_usage(reservation, 30)  # 20 more than estimated
+    tat = next(v for k, v in store.tats.items() if k.endswith(":tpm"))
+    assert tat == pytest.approx(clock() + 30.0)
+    await budgets.report_usage(reservation, 0)  # gives the 10 estimated back
+    tat = next(v for k, v in store.tats.items() if k.endswith(":tpm"))
+    assert tat == pytest.approx(clock() + 20.0)
+    for bad in (-1, math.nan, "5"):
+        with pytest.raises(InvalidArgument):
+            await budgets.report_usage(reservation, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_a_key_without_budget_is_not_reserved_for_and_learning_gives_it_a_rate(
+    store: DictBudgets, clock: FakeClock
+) -> None:
+    plain = key("P")
+    assert not FleetBudgets(store, None, [plain], clock=clock).active
+    learning = FleetBudgets(store, None, [plain], learn=True, clock=clock)
+    assert learning.active and learning.rates() == {"P": LEARN_START_RPS}
+    with pytest.raises(InvalidArgument, match="'Q' has no budget"):
+        await learning.reserve([key("Q")], tokens=0, max_wait=1)
+
+
+# -- learning (AIMD) ----------------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_a_429_lowers_the_rate_once_per_rate_version(store: DictBudgets, clock: FakeClock, shared) -> None:
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    r1, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    r2, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert r1 is not None and r2 is not None
+    await budgets.rate_limited(r1)
+    assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE)
+    await budgets.rate_limited(r2)  # reserved before the decrease: already answered
+    assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE)
+    r3, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert r3 is not None
+    await budgets.rate_limited(r3)
+    assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE * DECREASE)
+    stored = KeyRate.from_json(await shared.get("A"))
+    assert stored is not None and stored.version == 2 and not stored.ramping
+    assert stored.fp == a.secret.fingerprint() and "sk-" not in str(await shared.items())
+
+
+async def _paced_success(budgets: FleetBudgets, credential: Credential, clock: FakeClock, seconds: float) -> None:
+    """A call that waited for budget, succeeding ``seconds`` after the previous one."""
+    clock.advance(seconds)
+    reservation, _ = await budgets.reserve([credential], tokens=0, max_wait=math.inf)
+    assert reservation is not None
+    object.__setattr__(reservation, "wait", max(reservation.wait, 0.01))  # the budget set its pace
+    await budgets.succeeded(reservation)
+
+
+@pytest.mark.asyncio
+async def test_the_rate_grows_only_while_calls_wait_for_budget(store: DictBudgets, clock: FakeClock, shared) -> None:
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    free, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert free is not None and free.wait == 0
+    await budgets.succeeded(free)
+    clock.advance(30)
+    unpaced, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert unpaced is not None and unpaced.wait == 0
+    await budgets.succeeded(unpaced)
+    assert budgets.rates()["A"] == LEARN_START_RPS, "calls that did not wait say nothing about the limit"
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "ramping: doubles per doubling time"
+    clock.advance(1000)  # idle: no growth for time in which the budget set no pace
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
+
+
+@pytest.mark.asyncio
+async def test_after_a_decrease_the_rate_adds_back_gradually(store: DictBudgets, clock: FakeClock, shared) -> None:
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, 3 * RAMP_DOUBLING_SECONDS)
+    assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
+    reservation, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert reservation is not None
+    await budgets.rate_limited(reservation)
+    low = 8 * LEARN_START_RPS * FIRST_DECREASE
+    assert budgets.rates()["A"] == pytest.approx(low)
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, 1.0)
+    assert budgets.rates()["A"] == pytest.approx(low * (1 + GROWTH)), "additive increase after the ramp"
+
+
+@pytest.mark.asyncio
+async def test_a_known_limit_is_the_ceiling_a_429_still_lowers(store: DictBudgets, clock: FakeClock, shared) -> None:
+    a = key("A", rpm=120)
+    budgets = FleetBudgets(store, shared, [a], reserve_ahead=math.inf, clock=clock)
+    assert budgets.rates() == {"A": 2.0}
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, 5)
+    assert budgets.rates() == {"A": 2.0}, "never above the known limit"
+    reservation, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert reservation is not None
+    await budgets.rate_limited(reservation)
+    assert budgets.rates()["A"] == pytest.approx(2.0 * DECREASE), "a known key does not ramp: one decrease"
+    await _paced_success(budgets, a, clock, 0)
+    for _ in range(100):
+        await _paced_success(budgets, a, clock, 1.0)
+    assert budgets.rates() == {"A": 2.0}, "recovers up to the known limit, not beyond"
+
+
+@pytest.mark.asyncio
+async def test_the_learned_rate_is_shared_by_the_fleet_and_kept_across_restarts(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    a = key("A")
+    one = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    other = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    r, _ = await one.reserve([a], tokens=0, max_wait=60)
+    assert r is not None
+    await one.rate_limited(r)
+    await other.refresh(force=True)
+    assert other.rates() == one.rates()
+    restarted = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await restarted.refresh(force=True)
+    assert restarted.rates() == one.rates()
+    replaced = FleetBudgets(store, shared, [Credential("A", "sk-another-key")], learn=True, clock=clock)
+    await replaced.refresh(force=True)
+    assert replaced.rates() == {"A": LEARN_START_RPS}, "a new key under the same name starts afresh"
+
+
+@pytest.mark.asyncio
+async def test_garbage_in_the_shared_area_is_ignored(store: DictBudgets, clock: FakeClock, shared) -> None:
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    junk_values = (
+        "x",
+        {"base": -1, "since": 0, "version": 5},
+        {"base": "fast", "since": 0, "version": 1},
+        {"base": 5.0, "since": "yesterday", "version": 1},
+        {"base": 5.0, "since": 0},
+    )
+    for junk in junk_values:
+        await shared.put("A", junk)
+        await budgets.refresh(force=True)
+        assert budgets.rates() == {"A": LEARN_START_RPS}
+
+
+# -- the handler's side ------------------------------------------------------------------------
+def _ctx(credential: Credential | None) -> HandlerContext:
+    class _Pool:
+        name = "jobs"
+
+    return HandlerContext(item=None, pool=_Pool(), hive=None, worker_id="w", credential=credential)  # type: ignore[arg-type]
+
+
+def test_report_usage_adds_up_for_the_leased_key() -> None:
+    ctx = _ctx(key("A"))
+    ctx.report_usage(tokens=100)
+    ctx.report_usage(tokens=50.5, credential="A")
+    ctx.report_usage(tokens=1, credential=ctx.credential)
+    assert ctx.usage == 151.5
+
+
+def test_report_usage_for_a_key_not_leased_is_an_error() -> None:
+    with pytest.raises(InvalidArgument, match="key 'B' is not the one leased for this item \\('A'\\)"):
+        _ctx(key("A")).report_usage(tokens=5, credential="B")
+    with pytest.raises(InvalidArgument, match="no API key is leased"):
+        _ctx(None).report_usage(tokens=5)
+    for bad in (-1, math.nan, math.inf, "5", None, True):
+        with pytest.raises(InvalidArgument):
+            _ctx(key("A")).report_usage(tokens=bad)  # type: ignore[arg-type]
+
+
+# -- key choice in the credential pool ----------------------------------------------------------
+@pytest.mark.asyncio
+async def test_acquire_lets_the_budget_choose_among_usable_keys_least_recently_used_first() -> None:
+    clock = FakeClock()
+    pool = CredentialPool([key("A"), key("B"), key("C")], clock=clock, sleep=clock.sleep)
+    seen: list[list[str]] = []
+
+    async def choose_last(candidates: list[Credential]) -> tuple[int | None, float]:
+        seen.append([c.name for c in candidates])
+        return len(candidates) - 1, 0.0
+
+    first = await pool.acquire(choose=choose_last)
+    assert first.name == "C" and seen == [["A", "B", "C"]], "candidates in least-recently-used order"
+    pool.release(first)
+    second = await pool.acquire(choose=choose_last)
+    assert seen[-1] == ["A", "B", "C"] and second.name == "C", "C, just used, comes last; the budget chose it"
+    pool.release(second)
+
+    async def choose_first(candidates: list[Credential]) -> tuple[int | None, float]:
+        seen.append([c.name for c in candidates])
+        return 0, 0.0
+
+    assert (await pool.acquire(choose=choose_first)).name == "A"
+    assert (await pool.acquire(choose=choose_first)).name == "B"
+    assert seen[-1] == ["B", "C", "A"], "A, just used, comes last"
+
+
+@pytest.mark.asyncio
+async def test_acquire_waits_while_no_key_has_budget_and_gives_up_at_its_timeout() -> None:
+    clock = FakeClock()
+    pool = CredentialPool([key("A")], clock=clock, sleep=clock.sleep)
+    answers = [(None, 2.0), (None, 3.0), (0, 0.0)]
+
+    async def choose(candidates: list[Credential]) -> tuple[int | None, float]:
+        return answers.pop(0)
+
+    assert (await pool.acquire(timeout=10, choose=choose)).name == "A"
+    assert clock.slept == [2.0, 3.0], "slept until each answer said budget would be there"
+    pool.release(pool.credentials()[0])
+
+    async def never(candidates: list[Credential]) -> tuple[int | None, float]:
+        return None, 60.0
+
+    with pytest.raises(workhive.NoCredentialAvailable):
+        await pool.acquire(timeout=10, choose=never)

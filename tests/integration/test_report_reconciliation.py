@@ -1,0 +1,41 @@
+"""A process that dies between committing completions and reporting them: the report still agrees with storage."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import workhive
+from workhive.runtime import events as ev
+from workhive.runtime.options import FleetOptions
+from workhive.runtime.supervisor import Supervisor, _Child
+
+pytest.importorskip("workhive_memory")
+
+
+def test_completions_committed_but_never_reported_are_counted_from_storage() -> None:
+    async def main() -> Any:
+        async with workhive.open("memory://") as hive:
+            pool = hive.pool("jobs")
+            await pool.push_many([{"n": i} for i in range(4)])
+            done_unreported, done_reported, failed, still_claimed = [await pool.claim("w1") for _ in range(4)]
+            await pool.complete(done_unreported, None)
+            await pool.complete(done_reported, None)
+            await pool.fail(failed, "boom")
+            sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
+            child = _Child.__new__(_Child)  # the bookkeeping of one worker process, without a real process
+            child.running, child.unreported, child.worker_ids = {}, {}, set()
+            child.alone, child.fatal, child.ready = None, None, True
+            for n, item in enumerate((done_unreported, done_reported, failed, still_claimed)):
+                sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])
+            sup._on_event(child, [ev.DONE, 1, done_reported.id])
+            sup._on_event(child, [ev.FAILED, 1, failed.id, "boom"])
+            assert sup.tally.done == 1
+            await sup._count_unreported(child)  # the process died: storage says which finished
+            return sup.tally, child.unreported
+
+    tally, unreported = asyncio.run(main())
+    assert tally.done == 2  # the reported one, and the one committed before the process died
+    assert tally.failed == 1 and unreported == {}

@@ -1,0 +1,162 @@
+"""Runtime mechanisms that need a storage backend (memory), tested in-process without timing."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from workhive.runtime import FleetOptions, FleetProgress, format_line
+from workhive.runtime.events import ListSink
+
+pytest.importorskip("workhive_memory")
+
+
+class TestLazyRegistration:
+    def test_the_process_is_ready_after_one_registration_whatever_the_concurrency(self):
+        import workhive
+        from workhive.runtime.process import ProcessRuntime
+
+        async def main() -> list[list]:
+            async with workhive.open("memory://") as hive:
+                sink = ListSink()
+                runtime = ProcessRuntime(
+                    FleetOptions(pool="jobs", handler="json:dumps", concurrency=200), hive=hive, sink=sink
+                )
+                original = runtime.emit
+
+                def emit(*event):
+                    original(*event)
+                    if event[0] == "ready":
+                        runtime.request_stop(0, "test")
+
+                runtime.emit = emit
+                await runtime.run()
+                return sink.events
+
+        events = asyncio.run(main())
+        before_ready = events[: [e[0] for e in events].index("ready")]
+        assert [e[0] for e in before_ready] == ["worker"]  # one row written before the process is ready
+
+
+class TestSupervisorProgress:
+    def _supervisor(self, seen):
+        import workhive
+        from workhive.runtime.supervisor import Supervisor
+
+        hive = workhive.open("memory://")
+        return Supervisor(FleetOptions(pool="jobs", handler="m:f", processes=1), hive, seen.append)
+
+    def test_counts_come_from_one_snapshot_and_add_up(self):
+        from workhive.models import PoolStats
+
+        seen: list[FleetProgress] = []
+        sup = self._supervisor(seen)
+        sup._baseline = PoolStats("jobs", pending=2000, delayed=0, claimed=0, done=50, poisoned=1)
+        sup.stats = PoolStats("jobs", pending=1130, delayed=3, claimed=4, done=900, poisoned=14)
+        sup.tally.done = 800  # events lag storage: they must not skew what the line adds up to
+        sup._progress()
+        [p] = seen
+        assert (p.done, p.poisoned) == (850, 13)
+        assert p.done + p.poisoned + p.remaining == 2000
+
+    def test_a_short_run_reports_its_average_rate_not_zero(self):
+        from workhive.models import PoolStats
+
+        seen: list[FleetProgress] = []
+        sup = self._supervisor(seen)
+        sup._baseline = PoolStats("jobs", pending=10, delayed=0, claimed=0, done=0, poisoned=0)
+        sup.stats = PoolStats("jobs", pending=0, delayed=0, claimed=0, done=10, poisoned=0)
+        sup._progress(final=True)
+        assert seen[-1].rate > 0
+        assert "0.0/s" not in format_line(seen[-1])
+
+    def test_the_last_error_of_a_failing_item_is_shown(self):
+        seen: list[FleetProgress] = []
+        sup = self._supervisor(seen)
+        child = SimpleNamespace(unreported={})  # the one piece of a child's bookkeeping a FAILED event touches
+        sup._on_event(child, ["failed", 1, "i0000000000000007", "RuntimeError: upstream said\nno"])
+        sup._progress()
+        assert seen[-1].last_errors == {"i0000000000000007": "RuntimeError: upstream said\nno"}
+        assert "last error i0000000000000007: RuntimeError: upstream said no" in format_line(seen[-1])
+
+
+@pytest.mark.parametrize("fault", ["StorageError", "StorageCorrupt"])
+def test_claims_that_keep_failing_stop_the_process_with_one_reason(monkeypatch, caplog, fault):
+    import workhive
+    import workhive.errors as errors
+    from workhive.runtime import worker as worker_module
+    from workhive.runtime.health import HealthPolicy
+    from workhive.runtime.process import ProcessRuntime
+
+    monkeypatch.setattr(worker_module, "CLAIM_RETRY_MAX", 0.001)  # the mechanism, not the patience
+    calls = []
+
+    class FullDisk:
+        def __init__(self, pool):
+            self._pool = pool
+
+        def __getattr__(self, name):
+            return getattr(self._pool, name)
+
+        async def claim_many(self, *args, **kwargs):
+            calls.append(1)
+            raise getattr(errors, fault)("database or disk is full (the test's fault)")
+
+    async def main():
+        async with workhive.open("memory://") as hive:
+            await hive.pool("jobs").push({"n": 1})
+            sink = ListSink()
+            runtime = ProcessRuntime(
+                FleetOptions(pool="jobs", handler="json:dumps", concurrency=1),
+                hive=hive,
+                sink=sink,
+                health_policy=HealthPolicy(pause=0.001, max_pause=0.001),
+            )
+            runtime.pool = FullDisk(runtime.pool)
+            code = await asyncio.wait_for(runtime.run(), 60)
+            return code, sink.events, (await hive.pool("jobs").stats()).pending
+
+    with caplog.at_level("WARNING", logger="workhive.runtime.worker"):
+        code, events, pending = asyncio.run(main())
+    assert code == 1
+    fatal = [e for e in events if e[0] == "fatal"]
+    assert len(fatal) == 1 and "the test's fault" in fatal[0][2]
+    assert len(calls) == (1 if fault == "StorageCorrupt" else worker_module.MAX_STORAGE_FAULTS)
+    assert len([r for r in caplog.records if "claim failed" in r.getMessage()]) == 1  # one warning, not one a try
+    assert pending == 1  # nothing lost
+
+
+def test_a_claim_started_alone_is_the_culprit_even_beside_unacknowledged_ones():
+    import subprocess
+    import sys
+
+    import workhive
+    from workhive.models import ItemState
+    from workhive.runtime.supervisor import Supervisor, _Child
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)  # the child that died
+    proc.wait()
+
+    async def main():
+        async with workhive.open("memory://") as hive:
+            pool = hive.pool("jobs")
+            await pool.push_many([{"n": 1}, {"n": 2}])
+            done_early = await hive.workers.register(pools=["jobs"])
+            suspect = await hive.workers.register(pools=["jobs"])
+            finished = await pool.claim(done_early.worker_id)  # its handler returned; the ack is not sent yet
+            alone = await pool.claim(suspect.worker_id)
+            sup = Supervisor(FleetOptions(pool="jobs", handler="m:f", processes=1, max_attempts=3), hive, None)
+            child = _Child(proc=proc, fd=-1, started_at=0.0, ready=True)
+            child.worker_ids = {done_early.worker_id, suspect.worker_id}
+            sup._on_event(child, ["start", done_early.worker_id, finished.id, finished.token, 0])
+            sup._on_event(child, ["start", suspect.worker_id, alone.id, alone.token, 1])
+            sup.stopping = True  # no replacement is started by this test
+            await sup._on_child_exit(child, -9)
+            proc.stdin.close()
+            return await pool.get(finished.id), await pool.get(alone.id)
+
+    innocent, culprit = asyncio.run(main())
+    assert innocent.state is ItemState.PENDING and innocent.attempts == 0  # refunded
+    assert culprit.attempts == 1 and "alone" in culprit.error  # spent, with the reason

@@ -1,0 +1,105 @@
+"""Canary keys through every path a fleet has, grepped in every output stream and in the database files.
+
+The handler quotes its key back as an API would: in a 401 reason (credential disabled, reported by
+the supervisor), a permanent failure and a retried exception (stored item errors), a rate-limit
+message (the "rate limited N times" error), and its own logger. None of it may show the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .cli_helpers import workhive
+from .conftest import HERE
+
+pytest.importorskip("workhive_sqlite")
+
+CANARY_1 = "sk-canary-1111-LEAKED-aaaaaaaaaaaaaaaa"
+CANARY_2 = "sk-canary-2222-LEAKED-bbbbbbbbbbbbbbbb"
+
+
+def _push(tmp: Path, env: dict[str, str], storage: str) -> None:
+    items = [
+        {"do": "auth", "bad": "CANARY_1"},
+        {"do": "auth", "bad": "CANARY_1"},
+        {"do": "permanent"},
+        {"do": "boom"},
+        {"do": "rate_limit"},
+        {"do": "ok"},
+    ]
+    run = workhive(
+        tmp, "--storage", storage, "push", "jobs", "-", stdin="".join(json.dumps(i) + "\n" for i in items), **env
+    )
+    assert run.code == 0, run
+
+
+def _assert_clean(where: str, text: str | bytes) -> None:
+    raw = text.encode() if isinstance(text, str) else text
+    for canary in (CANARY_1, CANARY_2):
+        assert canary.encode() not in raw, f"{canary} leaked in {where}"
+        assert b"LEAKED" not in raw, f"part of a canary key leaked in {where}"
+
+
+def test_no_canary_key_in_any_output_stream_or_the_database(tmp_path: Path) -> None:
+    env = {
+        "PYTHONPATH": str(HERE),
+        "CANARY_1": CANARY_1,
+        "CANARY_2": CANARY_2,
+        "WORKHIVE_MAX_RATE_LIMIT_RETRIES": "1",
+    }
+    plain, as_json = "sqlite:///plain/hive.db", "sqlite:///json/hive.db"
+    _push(tmp_path, env, plain)
+    _push(tmp_path, env, as_json)
+    common = [
+        "work",
+        "jobs",
+        "--handler",
+        "handlers:leaky",
+        "--credentials",
+        "env:CANARY",
+        "--processes",
+        "1",
+        "--concurrency",
+        "2",
+        "--max-attempts",
+        "2",
+        "--until-empty",
+        "--progress",
+        "log",
+        "--log-level",
+        "DEBUG",
+    ]
+    run = workhive(tmp_path, "--storage", plain, *common, **env)
+    assert run.code == 0, run
+    # The paths were taken: a credential was disabled and items failed with the API's text.
+    assert "credential disabled: CANARY_1" in run.out, run.out
+    assert "**********" in run.out + run.err
+    _assert_clean("work's stdout", run.out)
+    _assert_clean("work's stderr (progress, supervisor and worker logs)", run.err)
+
+    run_json = workhive(tmp_path, "--storage", as_json, *common, "--json", **env)
+    assert run_json.code == 0, run_json
+    assert "CANARY_1" in run_json.json()["disabled_credentials"]
+    _assert_clean("work --json", run_json.out)
+    _assert_clean("work --json's stderr", run_json.err)
+
+    for storage in (plain, as_json):
+        dead = workhive(tmp_path, "--storage", storage, "dead", "jobs", "--json", **env)
+        assert dead.code == 0, dead
+        errors = [item["error"] for item in dead.json()]
+        assert any("the API refused" in e for e in errors) and any("HTTP 500" in e for e in errors), errors
+        assert any("rate limited" in e for e in errors), errors
+        _assert_clean("dead --json", dead.out)
+        for item in dead.json():
+            for extra in ((), ("--json",)):
+                shown = workhive(tmp_path, "--storage", storage, "show", "jobs", item["id"], *extra, **env)
+                assert shown.code == 0, shown
+                _assert_clean("show", shown.out)
+        _assert_clean("status", workhive(tmp_path, "--storage", storage, "status", "--json", **env).out)
+    files = list(tmp_path.glob("*/hive.db*"))
+    assert len(files) >= 2
+    for path in files:
+        _assert_clean(str(path), path.read_bytes())
