@@ -1,0 +1,143 @@
+"""Mechanisms of the PostgreSQL backend the contract cannot see: deadlock retries, the listener, SQL files."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import asyncpg
+import pg_server
+import pytest
+
+import workhive
+from workhive.models import ItemState
+from workhive_postgres import PostgresStorage
+from workhive_postgres.sqlfiles import migrations, queries
+
+
+async def wait_until(check: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.asyncio
+async def test_a_fused_complete_and_claim_that_meets_a_deadlock_is_run_again_and_counted(url: str, schema: str) -> None:
+    """A real deadlock: our statement holds the item's row lock and waits for a lock another
+    session holds, while that session waits for our row. The server aborts ours (it has the
+    shorter deadlock_timeout); the backend runs it again once the other side is gone."""
+    admin = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    side = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            pool = hive.pool("jobs")
+            first_id, second_id = await pool.push_many(["a", "b"])
+            first = await pool.claim("w1")
+            assert first is not None and first.id == first_id
+            # Completing an item takes advisory lock 7001 inside the statement (a test-only trigger).
+            await admin.execute(
+                """CREATE FUNCTION block_on_done() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.state = 'done' THEN PERFORM pg_advisory_xact_lock(7001); END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER block_on_done AFTER UPDATE ON items FOR EACH ROW EXECUTE FUNCTION block_on_done();"""
+            )
+            await side.execute("SET deadlock_timeout = '60s'")
+            await side.execute("BEGIN")
+            await side.execute("SELECT pg_advisory_xact_lock(7001)")
+            before = storage.conflicts_retried
+            fused = asyncio.create_task(pool.complete_and_claim(first, "r", "w1"))
+
+            async def ours_waits() -> bool:
+                rows = await admin.fetch(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 7001 AND NOT granted"
+                )
+                return bool(rows)
+
+            await wait_until(ours_waits, "the fused statement to wait for the advisory lock")
+            # The other side now wants the row the fused statement holds: a cycle.
+            side_update = asyncio.create_task(
+                side.execute("UPDATE items SET priority = priority WHERE id = $1", int(first_id[1:], 16))
+            )
+            await asyncio.wait_for(side_update, 60)  # ours was aborted, so the row came free
+            await side.execute("COMMIT")
+            second = await asyncio.wait_for(fused, 60)
+            # At least once: if the retry wins the row back before the other side, the cycle repeats.
+            assert storage.conflicts_retried > before
+            assert second is not None and second.id == second_id
+            done = await pool.get(first_id)
+            assert done.state is ItemState.DONE and done.result == "r"
+    finally:
+        await side.close()
+        await admin.close()
+
+
+@pytest.mark.asyncio
+async def test_the_listening_connection_comes_back_after_the_server_drops_it(url: str) -> None:
+    async with workhive.open(url) as hive, workhive.open(url) as pusher:
+        storage = hive.storage
+        assert isinstance(storage, PostgresStorage)
+        pool = hive.pool("jobs")
+        await pool.wait_for_work(0)  # starts listening
+        listener = storage._listener
+        assert listener is not None
+        old_pid = listener.get_server_pid()
+        admin = await asyncpg.connect(pg_server.SERVER)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+        finally:
+            await admin.close()
+
+        async def dropped() -> bool:
+            return storage._listener is None or storage._listener.is_closed()
+
+        await wait_until(dropped, "the dropped listener to be noticed")
+        waiter = asyncio.create_task(pool.wait_for_work(600))
+
+        async def listening_again() -> bool:
+            current = storage._listener
+            return current is not None and not current.is_closed() and current.get_server_pid() != old_pid
+
+        await wait_until(listening_again, "a new listening connection")
+        await pusher.pool("jobs").push("wake")
+        await asyncio.wait_for(waiter, 60)  # woken by the push, not by the 600 s timeout
+        assert await pool.claim("w1") is not None
+
+
+def test_every_statement_comes_from_the_sql_files() -> None:
+    names = set(queries())
+    assert {"claim", "complete_one", "complete_many", "complete_and_claim", "push", "fail", "release"} <= names
+    assert all(text and not text.rstrip().endswith(";") for text in queries().values())
+    assert {"try_lock", "wait_lock", "record_holder", "holders"} <= set(queries("locks.sql"))
+    assert [v for v, _ in migrations()] == list(range(1, len(migrations()) + 1))
+
+
+@pytest.mark.asyncio
+async def test_a_large_push_goes_by_copy_and_keeps_order_options_and_wake_ups(url: str) -> None:
+    from workhive_postgres.backend import COPY_FROM
+
+    async with workhive.open(url) as hive, workhive.open(url) as other:
+        pool = hive.pool("big")
+        n = COPY_FROM + 500
+        waiter = asyncio.create_task(other.pool("big").wait_for_work(600))
+        await asyncio.sleep(0.2)
+        jobs = [
+            workhive.Job({"i": i}, priority=1 if i == n - 1 else 0, delay=3600.0 if i == 0 else 0.0) for i in range(n)
+        ]
+        ids = await pool.push_many(jobs)
+        await asyncio.wait_for(waiter, 60)  # woken by the push
+        assert len(set(ids)) == n and ids == sorted(ids)
+        first = await pool.get(ids[0])
+        assert first.available_at == first.created_at + 3600.0
+        stats = await pool.stats()
+        assert (stats.pending, stats.delayed) == (n - 1, 1)
+        top = await pool.claim("w")
+        assert top is not None and top.id == ids[-1] and top.data == {"i": n - 1}
+        nxt = await pool.claim("w")
+        assert nxt is not None and nxt.id == ids[1] and nxt.data == {"i": 1}
+        assert await hive.pools() == ["big"]

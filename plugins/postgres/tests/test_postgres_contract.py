@@ -1,0 +1,60 @@
+"""The PostgreSQL backend against the full storage contract, the model test and the lock contract.
+
+Each test (and each model-test run) gets a schema of its own, dropped afterwards.
+Time is the server's, moved forward by the test's ManualClock through ``clock_offset``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+from pg_server import schema_for, url_for
+
+from workhive.locks import LockProvider
+from workhive.testing import StorageContract, StorageStatefulContract
+from workhive.testing.locks import LockContract
+from workhive_postgres import PostgresLocks, PostgresStorage
+
+
+def _offset(clock: Callable[[], float] | None) -> Callable[[], float] | None:
+    return getattr(clock, "offset", None)
+
+
+class TestPostgresContract(StorageContract):
+    """The contract with time moved by hand: the server's clock plus the test clock's offset."""
+
+    clock_drift = 5.0
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> PostgresStorage:
+        return PostgresStorage(url_for(schema_for(tmp_path)), clock_offset=_offset(clock))
+
+    def make_missing_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> PostgresStorage:
+        return PostgresStorage(url_for(schema_for(tmp_path)), create=False, clock_offset=_offset(clock))
+
+    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
+        return url_for(schema_for(tmp_path)), {}
+
+
+class TestPostgresRealClockContract(TestPostgresContract):
+    """The same contract on the server's own running clock: time-dependent tests wait in real time."""
+
+    supports_manual_clock = False
+    clock_drift = 0.0
+
+
+class TestPostgresStatefulContract(StorageStatefulContract):
+    """The model test on the server's clock moved forward by the model's ManualClock."""
+
+    clock_drift = 5.0
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> PostgresStorage:
+        return PostgresStorage(url_for(schema_for(tmp_path)), clock_offset=_offset(clock))
+
+
+class TestPostgresLocks(LockContract):
+    persistent_tokens = True
+
+    def make_provider(self, tmp_path: pathlib.Path) -> LockProvider:
+        return PostgresLocks(url_for(schema_for(tmp_path)))

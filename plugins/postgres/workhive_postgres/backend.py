@@ -1,0 +1,740 @@
+"""``PostgresStorage``: the workhive storage contract on PostgreSQL (asyncpg).
+
+Model
+-----
+* One asyncpg connection pool per storage object; every connection's
+  ``search_path`` is the hive's schema, and every statement is one of the
+  named statements in ``sql/queries.sql``. Most operations are one statement
+  in autocommit: one round trip, one commit.
+* Time is the server's: ``now_s($1)`` in SQL (``statement_timestamp()`` plus
+  the ``clock_offset`` tests move forward), never this machine's clock.
+* Claims lock their candidates ``FOR UPDATE SKIP LOCKED`` on the partial index
+  of ready items in claim order, so claimers never wait for each other; every
+  completion, failure, release and extension carries the fencing token in its
+  ``WHERE`` clause.
+* Wake-ups: pushes ``pg_notify`` the hive's channel in the same statement; one
+  listening connection per storage object (one per process in a fleet) wakes
+  the waiters of the pool named in the payload, and is opened again after a drop.
+* Connection loss: a call that never reached the server is retried with
+  backoff for up to ``?retry_for=`` seconds. A call that was in flight is run
+  again when running it twice is harmless, or the item is read back to learn
+  whether it was applied (complete, fail, release); when that cannot be known
+  (a push without dedup keys) the caller gets ``OutcomeUnknown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from workhive.backoff import FullJitter
+from workhive.errors import (
+    OutcomeUnknown,
+    StorageUnavailable,
+    WorkerLost,
+    WorkerNotFound,
+    WorkhiveError,
+)
+from workhive.ids import item_number
+from workhive.models import (
+    Ack,
+    ItemState,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+from workhive_postgres.failures import (
+    is_connection_loss,
+    is_retryable_conflict,
+    open_failure,
+    statement_failure,
+)
+from workhive_postgres.schema import ensure_schema
+from workhive_postgres.sqlfiles import queries
+from workhive_postgres.url import PostgresConfig, parse_url
+
+__all__ = ["PostgresStorage", "channel_for"]
+
+logger = logging.getLogger("workhive.postgres")
+T = TypeVar("T")
+
+_STATES = {s.value: s for s in ItemState}
+_WORKER_STATES = {s.value: s for s in WorkerStatus}
+#: Pushes of at least this many items (without dedup keys) go by COPY: about twice the
+#: rows per second of one INSERT … SELECT FROM unnest(…) for large batches.
+COPY_FROM = 1000
+_COPY_COLUMNS = ("id", "pool", "payload", "state", "priority", "max_attempts", "created_at", "available_at")
+#: How often a conflicting transaction (deadlock, serialization failure) is run again before giving up.
+CONFLICT_RETRIES = 20
+
+
+class _NeverRaised(Exception):
+    """Stands in for asyncpg's InterfaceError before asyncpg is loaded."""
+
+
+class _Rerun(Exception):
+    """Raised by a recovery check: the in-flight call was not applied and may simply run again."""
+
+
+async def _keep_session(conn: Any) -> None:
+    """Returning a connection to the pool changes nothing on the server.
+
+    asyncpg's default reset is a round trip per release (unlock, close, unlisten,
+    reset all): it doubled the cost of every one-statement call. These sessions
+    hold no state to reset: no SET, no LISTEN, no session advisory lock, and every
+    transaction is closed by its ``async with`` (asyncpg still rolls back one left open).
+    """
+
+
+def _id(number: int) -> str:
+    return f"i{number:016x}"  # the workhive.ids shape, inlined on the hot path
+
+
+def _item(row: Sequence[Any]) -> WorkItem:
+    return WorkItem(_id(row[0]), row[1], row[2], _STATES[row[3]], *row[4:])
+
+
+def _claimed(row: Sequence[Any], pool: str, worker_id: str, lease: float) -> WorkItem:
+    r = row
+    return WorkItem(
+        _id(r[0]), pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
+        worker_id, r[8], lease, r[9], r[10], None, None, r[11],
+    )  # fmt: skip
+
+
+def _worker(row: Sequence[Any]) -> WorkerRecord:
+    return WorkerRecord(
+        row[0], row[1], row[2], tuple(row[3]), tuple(row[4]), _WORKER_STATES[row[5]], row[6], row[7], row[8]
+    )
+
+
+def _claim_order(rows: list[Any]) -> list[Any]:
+    # RETURNING comes back in the order rows were updated; hand items out in claim order.
+    if len(rows) > 1:
+        rows.sort(key=lambda r: (-r[2], r[7], r[0]))
+    return rows
+
+
+def channel_for(schema: str) -> str:
+    """The NOTIFY channel of a hive's schema (under PostgreSQL's 63-byte limit)."""
+    name = f"workhive:{schema}"
+    return name if len(name) <= 63 else "workhive:" + hashlib.sha256(schema.encode()).hexdigest()[:40]
+
+
+class PostgresStorage:
+    """Storage in a PostgreSQL schema; what ``workhive.open("postgresql://…")`` builds.
+
+    ``create=False`` opens an existing hive only (``HiveNotFound`` otherwise,
+    creating nothing). ``clock_offset`` returns seconds added to the server's
+    clock (tests move time with it). ``backoff`` paces retries after a lost
+    connection (default: full jitter from 50 ms up to 2 s).
+
+    >>> async def main():  # doctest: +SKIP
+    ...     async with workhive.open("postgresql://app@db/jobs?schema=hive") as hive:
+    ...         await hive.pool("emails").push({"to": "a@example.com"})
+    """
+
+    capabilities = frozenset({"notify", "multiprocess"})
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        clock_offset: Callable[[], float] | None = None,
+        backoff: Any = None,
+    ) -> None:
+        self.config: PostgresConfig = parse_url(url)
+        #: the URL without its password: safe to show
+        self.url = self.config.redacted
+        self.create = create
+        self._offset = clock_offset
+        self._backoff = backoff if backoff is not None else FullJitter(base=0.05, cap=2.0)
+        self._pool: Any = None
+        #: what asyncpg raises for a connection it already took back (asyncpg.InterfaceError, once loaded)
+        self._released_error: type[Exception] = _NeverRaised
+        self._q = queries()
+        self._channel = channel_for(self.config.schema)
+        self._events: dict[str, asyncio.Event] = {}
+        self._listener: Any = None
+        self._listener_lock = asyncio.Lock()
+        #: transactions run again after a deadlock or serialization failure (observable by tests)
+        self.conflicts_retried = 0
+        #: calls retried after a lost connection
+        self.reconnects = 0
+
+    def __repr__(self) -> str:
+        return f"<PostgresStorage {self.url} {'open' if self._pool is not None else 'closed'}>"
+
+    # -- lifecycle ----------------------------------------------------------
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        import asyncpg
+
+        self._released_error = asyncpg.exceptions.InterfaceError
+        cfg = self.config
+        try:
+            pool = await asyncpg.create_pool(
+                **cfg.connect_kwargs(),
+                min_size=1,
+                max_size=cfg.pool_size,
+                server_settings={"search_path": cfg.schema, "application_name": cfg.application_name},
+                reset=_keep_session,
+            )
+        except WorkhiveError:
+            raise
+        except Exception as exc:
+            raise open_failure(cfg, exc) from None
+        try:
+            async with pool.acquire() as conn:
+                await ensure_schema(conn, cfg, create=self.create)
+        except WorkhiveError:
+            await pool.close()
+            raise
+        except Exception as exc:
+            await pool.close()
+            if is_connection_loss(exc):
+                raise open_failure(cfg, exc) from None
+            raise statement_failure(cfg, exc, "opening the hive") from None
+        self._pool = pool
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        for pool in list(self._events):
+            self._wake(pool)
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close(timeout=5)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 10)
+            except Exception:
+                pool.terminate()
+
+    def _off(self) -> float:
+        return 0.0 if self._offset is None else float(self._offset())
+
+    async def now(self) -> float:
+        return float(await self._run("reading the clock", self._fetchval, "now", self._off()))
+
+    # -- running statements -------------------------------------------------
+    async def _fetch(self, conn: Any, name: str, *args: Any) -> list[Any]:
+        return await conn.fetch(self._q[name], *args)  # type: ignore[no-any-return]
+
+    async def _fetchval(self, conn: Any, name: str, *args: Any) -> Any:
+        return await conn.fetchval(self._q[name], *args)
+
+    async def _execute(self, conn: Any, name: str, *args: Any) -> str:
+        return await conn.execute(self._q[name], *args)  # type: ignore[no-any-return]
+
+    async def _run(
+        self,
+        what: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        rerun: bool = True,
+        recover: Callable[[Any], Awaitable[T]] | None = None,
+    ) -> T:
+        """Run ``fn(conn, *args)`` on a pooled connection, riding out lost connections and conflicts.
+
+        If the connection drops while ``fn`` is in flight: with ``recover``,
+        a fresh connection asks it what happened (it returns the result, or
+        raises ``_Rerun``); else with ``rerun`` the call runs again (it is
+        harmless twice); else ``OutcomeUnknown``.
+        """
+        pool = self._pool
+        if pool is None:
+            raise StorageUnavailable(
+                f"PostgreSQL storage {self.config.where} is not open; use `async with hive:` (or await hive.open())",
+                where=self.config.where,
+            )
+        attempt = 0
+        conflicts = 0
+        deadline: float | None = None
+        while True:
+            in_flight = False
+            try:
+                conn = await pool.acquire()
+                try:
+                    in_flight = True
+                    return await fn(conn, *args)
+                except BaseException as exc:
+                    if not isinstance(exc, Exception) or is_connection_loss(exc):
+                        # Never hand a broken (or cancelled mid-statement) connection out again.
+                        # asyncpg may have taken a closed one back already: then there is nothing to do.
+                        with contextlib.suppress(self._released_error):
+                            conn.terminate()
+                    raise
+                finally:
+                    with contextlib.suppress(self._released_error):
+                        await pool.release(conn)
+            except (WorkhiveError, _Rerun):
+                raise
+            except Exception as exc:
+                if is_retryable_conflict(exc) and conflicts < CONFLICT_RETRIES:
+                    conflicts += 1
+                    self.conflicts_retried += 1
+                    # A short jittered pause lets the other side of the cycle finish first.
+                    await asyncio.sleep(random.uniform(0, 0.005 * conflicts))
+                    continue
+                if not is_connection_loss(exc) or self._pool is None:
+                    if self._pool is None:
+                        raise StorageUnavailable(
+                            f"PostgreSQL storage {self.config.where} was closed during {what}",
+                            where=self.config.where,
+                        ) from None
+                    raise statement_failure(self.config, exc, what) from None
+                attempt += 1
+                self.reconnects += 1
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.config.retry_for
+                if now >= deadline:
+                    raise StorageUnavailable(
+                        f"lost the connection to PostgreSQL at {self.config.where} during {what} and could not "
+                        f"reconnect for {self.config.retry_for:g}s ({type(exc).__name__}); check the server, "
+                        "or raise ?retry_for= in the storage URL",
+                        where=self.config.where,
+                    ) from None
+                logger.warning(
+                    "connection to PostgreSQL at %s lost during %s (%s); retrying (attempt %d)",
+                    self.config.where,
+                    what,
+                    type(exc).__name__,
+                    attempt,
+                )
+                await asyncio.sleep(min(self._backoff.delay(attempt), max(0.0, deadline - now)))
+                if in_flight and recover is not None:
+                    try:
+                        return await self._run(what, recover, rerun=True)
+                    except _Rerun:
+                        continue
+                if in_flight and not rerun:
+                    raise OutcomeUnknown(
+                        f"the connection to PostgreSQL at {self.config.where} dropped while {what} was in flight: "
+                        "it was applied once or not at all; check before doing it again",
+                        where=self.config.where,
+                    ) from None
+
+    # -- wake-ups -----------------------------------------------------------
+    def _wake(self, pool: str) -> None:
+        event = self._events.pop(pool, None)
+        if event is not None:
+            event.set()
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self._wake(payload)
+
+    def _on_listener_lost(self, conn: Any) -> None:
+        if self._listener is conn:
+            self._listener = None
+        # Wake everyone: they look again, and the next wait listens on a new connection.
+        for pool in list(self._events):
+            self._wake(pool)
+
+    async def _listen(self) -> bool:
+        """Make sure the one listening connection is up; False if the server cannot be reached now."""
+        if self._listener is not None and not self._listener.is_closed():
+            return True
+        async with self._listener_lock:
+            if self._listener is not None and not self._listener.is_closed():
+                return True
+            import asyncpg
+
+            try:
+                conn = await asyncpg.connect(
+                    **self.config.connect_kwargs(),
+                    server_settings={"application_name": self.config.application_name},
+                )
+                await conn.add_listener(self._channel, self._on_notify)
+            except Exception as exc:
+                logger.warning("cannot listen for wake-ups at %s (%s)", self.config.where, type(exc).__name__)
+                return False
+            conn.add_termination_listener(self._on_listener_lost)
+            self._listener = conn
+            return True
+
+    async def _notify(self, pool: str) -> None:
+        await self._run("waking waiters", self._execute, "notify", self._channel, pool)
+
+    async def wait_for_work(self, pool: str, timeout: float) -> None:
+        # Take the event before looking, so a push landing between the look and
+        # the wait still wakes us.
+        event = self._events.get(pool)
+        if event is None:
+            event = self._events[pool] = asyncio.Event()
+        listening = await self._listen()
+        due = await self._run("looking for work", self._fetchval, "next_due", self._off(), pool)
+        if timeout <= 0 or (due is not None and due <= 0):
+            return
+        wait = timeout if due is None else min(timeout, float(due))
+        if not listening:
+            wait = min(wait, 1.0)  # no wake-ups until the listener is back: look again soon
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), wait)
+
+    # -- items --------------------------------------------------------------
+    async def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        if not items:
+            return []
+        keyed = any(item.dedup_key is not None for item in items)
+        # Twice would push twice, unless every item carries a dedup key.
+        all_keyed = all(item.dedup_key is not None for item in items)
+        return await self._run("push", self._push_keyed if keyed else self._push, pool, items, rerun=all_keyed)
+
+    async def _push(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
+        if len(items) >= COPY_FROM and all(i.dedup_key is None for i in items):
+            return await self._push_copy(conn, pool, items)
+        rows = await conn.fetch(
+            self._q["push"],
+            self._off(),
+            pool,
+            [i.payload for i in items],
+            [i.priority for i in items],
+            [i.max_attempts for i in items],
+            [float(i.delay) for i in items],
+            [i.dedup_key for i in items],
+            self._channel,
+        )
+        return [_id(r[0]) for r in rows]
+
+    async def _push_copy(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
+        """A large push: item numbers taken in one statement, the rows sent with COPY, one transaction."""
+        q = self._q
+        async with conn.transaction():
+            numbers = [r[0] for r in await conn.fetch(q["allocate_ids"], len(items))]
+            now = float(await conn.fetchval(q["now"], self._off()))
+            records = [
+                (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay)
+                for n, i in zip(numbers, items)
+            ]
+            await conn.copy_records_to_table(
+                "items", records=records, columns=_COPY_COLUMNS, schema_name=self.config.schema
+            )
+            await conn.execute(q["record_pool"], pool)
+            await conn.execute(q["notify"], self._channel, pool)
+        return [_id(n) for n in numbers]
+
+    async def _push_keyed(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
+        async with conn.transaction():
+            await conn.execute(self._q["dedup_lock"], self.config.schema, pool)
+            keys = list({i.dedup_key for i in items if i.dedup_key is not None})
+            live = {r[0]: _id(r[1]) for r in await conn.fetch(self._q["live_duplicates"], pool, keys)}
+            fresh: list[NewItem] = []
+            seen: set[str] = set()
+            for item in items:
+                key = item.dedup_key
+                if key is not None and (key in live or key in seen):
+                    continue
+                if key is not None:
+                    seen.add(key)
+                fresh.append(item)
+            new_ids = await self._push(conn, pool, fresh) if fresh else []
+        ids: list[str] = []
+        new = iter(new_ids)
+        batch: dict[str, str] = {}
+        for item in items:
+            key = item.dedup_key
+            if key is not None and key in live:
+                ids.append(live[key])
+            elif key is not None and key in batch:
+                ids.append(batch[key])
+            else:
+                ids.append(next(new))
+                if key is not None:
+                    batch[key] = ids[-1]
+        return ids
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        # Run again after a lost connection: items a lost claim took come back when their lease ends.
+        return await self._run("claim", self._claim, pool, worker_id, limit, float(lease))
+
+    async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        rows = await conn.fetch(self._q["claim"], self._off(), pool, limit, worker_id, lease)
+        return [_claimed(r, pool, worker_id, lease) for r in _claim_order(rows)]
+
+    async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        if not acks:
+            return []
+        return await self._run(
+            "complete", self._complete, pool, acks, recover=lambda conn: self._recover_complete(conn, pool, acks)
+        )
+
+    async def _complete(self, conn: Any, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        off = self._off()
+        if len(acks) == 1:
+            ack = acks[0]
+            key = item_number(ack.item_id)
+            if key is None:
+                return [False]
+            return [await conn.fetchval(self._q["complete_one"], off, pool, key, ack.token, ack.result) is not None]
+        # One statement for the batch; an id given twice is completed once, by its first ack.
+        first: dict[int, int] = {}
+        for n, ack in enumerate(acks):
+            key = item_number(ack.item_id)
+            if key is not None and key not in first:
+                first[key] = n
+        chosen = [acks[n] for n in first.values()]
+        rows = await conn.fetch(
+            self._q["complete_many"],
+            off,
+            pool,
+            list(first),
+            [a.token for a in chosen],
+            [a.result for a in chosen],
+        )
+        accepted = {first[r[0]] for r in rows}
+        return [n in accepted for n in range(len(acks))]
+
+    async def _recover_complete(self, conn: Any, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        """After a drop mid-complete: done with our token means applied; still ours means run it again."""
+        results = []
+        for ack in acks:
+            key = item_number(ack.item_id)
+            row = None if key is None else await conn.fetchrow(self._q["item_state"], key)
+            if row is not None and row[0] == "claimed" and row[1] == ack.token:
+                raise _Rerun
+            results.append(row is not None and row[0] == "done" and row[1] == ack.token)
+        return results
+
+    async def complete_and_claim(
+        self, pool: str, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        key = item_number(ack.item_id)
+        if key is None:
+            return False, []
+
+        async def recover(conn: Any) -> tuple[bool, list[WorkItem]]:
+            # Items the lost statement may have claimed come back when their lease ends.
+            (accepted,) = await self._recover_complete(conn, pool, [ack])
+            return accepted, []
+
+        return await self._run(
+            "complete_and_claim", self._complete_and_claim, pool, key, ack, worker_id, limit, float(lease),
+            recover=recover,
+        )  # fmt: skip
+
+    async def _complete_and_claim(
+        self, conn: Any, pool: str, key: int, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        rows = await conn.fetch(
+            self._q["complete_and_claim"], self._off(), pool, key, ack.token, ack.result, limit, worker_id, lease
+        )
+        if not rows or not rows[0][0]:
+            return False, []
+        claimed = [r[1:] for r in rows if r[1] is not None]
+        return True, [_claimed(r, pool, worker_id, lease) for r in _claim_order(claimed)]
+
+    async def fail(
+        self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
+    ) -> ItemState | None:
+        key = item_number(item_id)
+        if key is None:
+            return None
+        error = error.replace("\x00", "\ufffd")  # PostgreSQL text cannot hold NUL
+
+        async def recover(conn: Any) -> ItemState | None:
+            row = await conn.fetchrow(self._q["item_state"], key)
+            if row is None:
+                return None
+            if row[0] == "claimed" and row[1] == token:
+                raise _Rerun
+            if row[1] == token and row[0] in ("pending", "poisoned") and row[2] == error:
+                return _STATES[row[0]]
+            if row[1] == token:
+                return None
+            raise OutcomeUnknown(
+                f"the connection to PostgreSQL at {self.config.where} dropped while failing {item_id}, and the "
+                "item has been claimed again since: whether the failure was recorded is unknown",
+                where=self.config.where,
+            )
+
+        state = await self._run(
+            "fail", self._fetchval, "fail", self._off(), key, pool, token, error, float(retry_in), poison,
+            recover=recover,
+        )  # fmt: skip
+        if state is None:
+            return None
+        if state == "pending":
+            await self._notify(pool)
+        return _STATES[state]
+
+    async def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
+        key = item_number(item_id)
+        if key is None:
+            return False
+
+        async def recover(conn: Any) -> Any:
+            row = await conn.fetchrow(self._q["item_state"], key)
+            if row is not None and row[0] == "claimed" and row[1] == token:
+                raise _Rerun
+            if row is not None and row[0] == "pending" and row[1] == token:
+                return key
+            if row is None or row[1] == token:
+                return None
+            raise OutcomeUnknown(
+                f"the connection to PostgreSQL at {self.config.where} dropped while releasing {item_id}, and the "
+                "item has been claimed again since: whether the release was recorded is unknown",
+                where=self.config.where,
+            )
+
+        released = await self._run(
+            "release", self._fetchval, "release", self._off(), key, pool, token, float(delay), recover=recover
+        )
+        if released is not None:
+            await self._notify(pool)
+        return released is not None
+
+    async def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
+        key = item_number(item_id)
+        if key is None:
+            return None
+        # Extending twice from "now" is the same as once: run again after a drop.
+        expiry = await self._run("extend", self._fetchval, "extend", self._off(), key, pool, token, float(lease))
+        return None if expiry is None else float(expiry)
+
+    async def get(self, pool: str, item_id: str) -> WorkItem | None:
+        key = item_number(item_id)
+        if key is None:
+            return None
+        rows = await self._run("get", self._fetch, "get", key, pool)
+        return _item(rows[0]) if rows else None
+
+    async def list_items(self, pool: str, state: ItemState, limit: int, offset: int = 0) -> list[WorkItem]:
+        rows = await self._run("list items", self._fetch, "list_items", pool, state.value, limit, offset)
+        return [_item(r) for r in rows]
+
+    async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        keys = None if item_ids is None else [k for k in (item_number(i) for i in item_ids) if k is not None]
+        status = await self._run("requeue", self._execute, "requeue", self._off(), pool, keys)
+        count = int(status.split()[-1])
+        if count:
+            await self._notify(pool)
+        return count
+
+    async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        released, poisoned = await self._run(
+            "release_by_worker", self._release_by_worker, pool, worker_id, spend_attempt
+        )
+        if released:
+            for name in [pool] if pool is not None else await self.pools():
+                await self._notify(name)
+        return released + poisoned
+
+    async def _release_by_worker(
+        self, conn: Any, pool: str | None, worker_id: str, spend_attempt: bool
+    ) -> tuple[int, int]:
+        off = self._off()
+        async with conn.transaction():
+            poisoned = 0
+            if spend_attempt:
+                status = await conn.execute(self._q["poison_worker_spent"], off, worker_id, pool)
+                poisoned = int(status.split()[-1])
+            status = await conn.execute(self._q["release_worker"], off, worker_id, pool, not spend_attempt)
+            return int(status.split()[-1]), poisoned
+
+    async def purge(self, pool: str, older_than: float) -> int:
+        status = await self._run("purge", self._execute, "purge", self._off(), pool, float(older_than))
+        return int(status.split()[-1])
+
+    async def stats(self, pool: str) -> PoolStats:
+        rows = await self._run("stats", self._fetch, "stats", self._off(), pool)
+        r = rows[0]
+        return PoolStats(pool, r[0], r[1], r[2], r[3], r[4], r[5])
+
+    async def pools(self) -> list[str]:
+        return [r[0] for r in await self._run("list pools", self._fetch, "pools")]
+
+    # -- workers ------------------------------------------------------------
+    async def register_worker(self, registration: WorkerRegistration) -> WorkerRecord:
+        reg = registration
+        rows = await self._run(
+            "register worker", self._fetch, "register_worker", self._off(), reg.worker_id, reg.host, reg.pid,
+            list(reg.pools), list(reg.capabilities),
+        )  # fmt: skip
+        return _worker(rows[0])
+
+    async def heartbeat(self, worker_id: str) -> WorkerRecord:
+        return await self._run("heartbeat", self._heartbeat, worker_id)
+
+    async def _heartbeat(self, conn: Any, worker_id: str) -> WorkerRecord:
+        off = self._off()
+        async with conn.transaction():
+            status = await conn.fetchval(self._q["worker_status_for_update"], worker_id)
+            if status is None:
+                raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
+            if status == WorkerStatus.LOST.value:
+                raise WorkerLost(
+                    f"worker {worker_id!r} was declared lost (no heartbeat in time) and its items were released; "
+                    "stop it and register again",
+                    worker_id=worker_id,
+                )
+            row = await conn.fetchrow(self._q["heartbeat"], off, worker_id)
+            await conn.execute(self._q["extend_worker_leases"], off, worker_id)
+            return _worker(row)
+
+    async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        found = await self._run(
+            "set worker status", self._fetchval, "set_worker_status", worker_id, status.value, detail
+        )
+        if found is None:
+            raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
+
+    async def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        rows = await self._run("get worker", self._fetch, "get_worker", worker_id)
+        return _worker(rows[0]) if rows else None
+
+    async def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
+        rows = await self._run("list workers", self._fetch, "list_workers", filter.host)
+        now = await self.now()
+        records = [_worker(r) for r in rows]
+        return [r for r in records if filter.matches(r, now)]
+
+    async def reap(self, threshold: float) -> list[ReapedWorker]:
+        reaped = await self._run("reap", self._reap, float(threshold))
+        if any(r.released for r in reaped):
+            for name in await self.pools():
+                await self._notify(name)
+        return reaped
+
+    async def _reap(self, conn: Any, threshold: float) -> list[ReapedWorker]:
+        off = self._off()
+        reaped = []
+        async with conn.transaction():
+            for worker_id, last_heartbeat, now in await conn.fetch(self._q["silent_workers"], off, threshold):
+                detail = f"no heartbeat for {now - last_heartbeat:.1f}s (threshold {threshold:g}s)"
+                await conn.execute(self._q["mark_lost"], worker_id, detail)
+                status = await conn.execute(self._q["poison_worker_spent"], off, worker_id, None)
+                poisoned = int(status.split()[-1])
+                status = await conn.execute(self._q["release_worker"], off, worker_id, None, False)
+                reaped.append(ReapedWorker(worker_id, last_heartbeat, int(status.split()[-1]), poisoned))
+        return reaped
+
+    # -- shared state -------------------------------------------------------
+    async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        ttl_f = None if ttl is None else float(ttl)
+        await self._run("shared state put", self._execute, "state_put", self._off(), namespace, key, value, ttl_f)
+
+    async def state_get(self, namespace: str, key: str) -> str | None:
+        value = await self._run("shared state get", self._fetchval, "state_get", self._off(), namespace, key)
+        return None if value is None else str(value)
+
+    async def state_scan(self, namespace: str) -> dict[str, str]:
+        rows = await self._run("shared state scan", self._fetch, "state_scan", self._off(), namespace)
+        return {r[0]: r[1] for r in rows}
+
+    async def state_delete(self, namespace: str, key: str) -> bool:
+        live = await self._run("shared state delete", self._fetchval, "state_delete", self._off(), namespace, key)
+        return bool(live)

@@ -1,0 +1,360 @@
+-- Every statement workhive-postgres runs against a hive's schema, one per
+-- `-- name --` header, each with a line saying what it does and what its
+-- parameters are. Connections have search_path set to the hive's schema.
+-- $1 is always the clock offset in seconds (0 outside tests): now_s($1) is the
+-- server's clock plus it, read once per statement.
+
+-- push --
+-- Insert new pending items in the order given ($3..$7 are parallel arrays: payload,
+-- priority, max_attempts, delay, dedup key), record the pool, wake waiters on
+-- channel $8. Returns the new ids in insertion order (sequence order).
+WITH new_items AS (
+    INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
+    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, now_s($1), now_s($1) + u.delay, u.dedup_key
+    FROM unnest($3::text[], $4::int[], $5::int[], $6::float8[], $7::text[])
+        WITH ORDINALITY AS u (payload, priority, max_attempts, delay, dedup_key, n)
+    ORDER BY u.n
+    RETURNING id
+), known AS (
+    INSERT INTO pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
+), woken AS (
+    SELECT pg_notify($8, $2)
+)
+SELECT new_items.id FROM new_items CROSS JOIN woken ORDER BY new_items.id;
+
+-- allocate_ids --
+-- $1 new item numbers, in order (a large push then COPYs its rows with them).
+SELECT nextval('item_ids') FROM generate_series(1, $1);
+
+-- record_pool --
+-- Pool $1 has been pushed to.
+INSERT INTO pools (pool) VALUES ($1) ON CONFLICT DO NOTHING;
+
+-- dedup_lock --
+-- Serialise pushes that carry dedup keys in pool $2 of this schema ($1) until commit.
+SELECT pg_advisory_xact_lock(hashtextextended('workhive-dedup:' || $1 || ':' || $2, 0));
+
+-- live_duplicates --
+-- For dedup keys $2 in pool $1: the oldest pending or claimed item holding each.
+SELECT dedup_key, min(id) AS id FROM items
+WHERE pool = $1 AND dedup_key = ANY($2::text[]) AND state IN ('pending', 'claimed')
+GROUP BY dedup_key;
+
+-- claim --
+-- Take up to $3 claimable items of pool $2 for worker $4 with a lease of $5 s.
+-- Candidates are the best ready items and the best expired leases (each read off
+-- its partial index, locked with SKIP LOCKED so concurrent claimers never wait
+-- for each other), merged in claim order; an expired lease counts as available
+-- at its expiry. Expired leases with no attempts left are poisoned instead.
+WITH ready AS (
+    SELECT id, priority, available_at AS at FROM items
+    WHERE pool = $2 AND state = 'pending' AND available_at <= now_s($1)
+    ORDER BY priority DESC, available_at, id
+    LIMIT $3 FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, priority, lease_expires_at AS at FROM items
+    WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts < max_attempts
+    ORDER BY priority DESC, lease_expires_at, id
+    LIMIT $3 FOR UPDATE SKIP LOCKED
+), spent AS (
+    UPDATE items SET
+        state = 'poisoned',
+        error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
+        finished_at = now_s($1),
+        lease_expires_at = NULL, lease_seconds = NULL
+    WHERE id IN (
+        SELECT id FROM items
+        WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts >= max_attempts
+        FOR UPDATE SKIP LOCKED)
+), picked AS (
+    SELECT id, at FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
+    ORDER BY priority DESC, at, id
+    LIMIT $3
+)
+UPDATE items SET
+    state = 'claimed',
+    available_at = picked.at,
+    claimed_by = $4,
+    attempts = items.attempts + 1,
+    token = items.token + 1,
+    lease_seconds = $5,
+    lease_expires_at = now_s($1) + $5
+FROM picked
+WHERE items.id = picked.id
+RETURNING items.id, items.payload, items.priority, items.attempts, items.max_attempts, items.token,
+    items.created_at, items.available_at, items.lease_expires_at, items.dedup_key, items.error, items.releases;
+
+-- complete_one --
+-- Mark item $3 of pool $2 done with result $5 if its claim (token $4) is current and unexpired.
+UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = $3 AND pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)
+RETURNING id;
+
+-- complete_many --
+-- complete_one for every (id, token, result) of the parallel arrays $3, $4, $5, in one
+-- statement; returns the ids that were accepted.
+UPDATE items SET state = 'done', result = acks.result, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS acks (id, token, result)
+WHERE items.id = acks.id AND items.pool = $2 AND items.state = 'claimed' AND items.token = acks.token
+    AND items.lease_expires_at > now_s($1)
+RETURNING items.id;
+
+-- complete_and_claim --
+-- complete_one ($3 id, $4 token, $5 result) and, only if it was accepted, claim
+-- ($6 limit, $7 worker, $8 lease) in the same statement: one round trip and one
+-- commit per item of a worker loop. One row per claimed item (or one row of NULLs),
+-- each carrying whether the completion was accepted.
+WITH done AS (
+    UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+    WHERE id = $3 AND pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)
+    RETURNING id
+), ready AS (
+    SELECT id, priority, available_at AS at FROM items
+    WHERE pool = $2 AND state = 'pending' AND available_at <= now_s($1) AND EXISTS (SELECT FROM done)
+    ORDER BY priority DESC, available_at, id
+    LIMIT $6 FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, priority, lease_expires_at AS at FROM items
+    WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts < max_attempts
+        AND EXISTS (SELECT FROM done)
+    ORDER BY priority DESC, lease_expires_at, id
+    LIMIT $6 FOR UPDATE SKIP LOCKED
+), spent AS (
+    UPDATE items SET
+        state = 'poisoned',
+        error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
+        finished_at = now_s($1),
+        lease_expires_at = NULL, lease_seconds = NULL
+    WHERE id IN (
+        SELECT id FROM items
+        WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts >= max_attempts
+            AND EXISTS (SELECT FROM done)
+        FOR UPDATE SKIP LOCKED)
+), picked AS (
+    SELECT id, at FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
+    ORDER BY priority DESC, at, id
+    LIMIT $6
+), claimed AS (
+    UPDATE items SET
+        state = 'claimed',
+        available_at = picked.at,
+        claimed_by = $7,
+        attempts = items.attempts + 1,
+        token = items.token + 1,
+        lease_seconds = $8,
+        lease_expires_at = now_s($1) + $8
+    FROM picked
+    WHERE items.id = picked.id
+    RETURNING items.id, items.payload, items.priority, items.attempts, items.max_attempts, items.token,
+        items.created_at, items.available_at, items.lease_expires_at, items.dedup_key, items.error, items.releases
+)
+SELECT EXISTS (SELECT FROM done) AS accepted, claimed.*
+FROM (VALUES (1)) AS one (n) LEFT JOIN claimed ON true;
+
+-- fail --
+-- Item $2 of pool $3 failed with error $5 under claim token $4: back to pending after
+-- $6 s, or poisoned when $7 (poison) or its attempts are spent. Returns the new state.
+UPDATE items SET
+    state = CASE WHEN $7 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
+    error = $5,
+    available_at = CASE WHEN $7 OR attempts >= max_attempts THEN available_at ELSE now_s($1) + $6 END,
+    finished_at = CASE WHEN $7 OR attempts >= max_attempts THEN now_s($1) ELSE NULL END,
+    claimed_by = CASE WHEN $7 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = $2 AND pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)
+RETURNING state;
+
+-- release --
+-- Put item $2 of pool $3 (claim token $4) back to pending after $5 s, refunding the attempt.
+UPDATE items SET state = 'pending', available_at = now_s($1) + $5, attempts = attempts - 1,
+    releases = releases + 1, claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = $2 AND pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)
+RETURNING id;
+
+-- extend --
+-- Give item $2 of pool $3 (claim token $4) a lease of $5 s from now; the new length
+-- becomes the item's, so heartbeats keep extending by it. Returns the new expiry.
+UPDATE items SET lease_expires_at = now_s($1) + $5, lease_seconds = $5
+WHERE id = $2 AND pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)
+RETURNING lease_expires_at;
+
+-- item_state --
+-- What a call whose connection dropped needs to learn whether it was applied:
+-- item $1's state, token and error.
+SELECT state, token, error FROM items WHERE id = $1;
+
+-- get --
+-- Item $1 of pool $2, every column.
+SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+FROM items WHERE id = $1 AND pool = $2;
+
+-- list_items --
+-- Items of pool $1 in state $2, oldest first, $3 of them after skipping $4.
+SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+FROM items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
+
+-- requeue --
+-- Move poisoned items of pool $2 (ids $3, or all when $3 is NULL) back to pending, now,
+-- with their attempts reset and their error kept.
+UPDATE items SET state = 'pending', available_at = now_s($1), attempts = 0, finished_at = NULL,
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = $2 AND state = 'poisoned' AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]));
+
+-- poison_worker_spent --
+-- Worker $2 was lost: its claims (in pool $3, or every pool when NULL) that have no
+-- attempts left are poisoned.
+UPDATE items SET state = 'poisoned', finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL,
+    error = 'worker ' || $2 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
+WHERE claimed_by = $2 AND state = 'claimed' AND ($3::text IS NULL OR pool = $3) AND attempts >= max_attempts;
+
+-- release_worker --
+-- Every item claimed by worker $2 (in pool $3, or every pool when NULL) back to pending,
+-- available now; with $4 the attempt is refunded (and counted as a release).
+UPDATE items SET state = 'pending', available_at = now_s($1), claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL,
+    attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
+    releases = CASE WHEN $4 THEN releases + 1 ELSE releases END
+WHERE claimed_by = $2 AND state = 'claimed' AND ($3::text IS NULL OR pool = $3);
+
+-- purge --
+-- Delete done and poisoned items of pool $2 that finished more than $3 s ago.
+DELETE FROM items
+WHERE pool = $2 AND state IN ('done', 'poisoned') AND finished_at < now_s($1) - $3;
+
+-- stats --
+-- Counts for pool $2: ready, delayed, claimed, done, poisoned, and when the longest-waiting
+-- ready item became available. Expired leases not yet settled count as what they already
+-- are: ready since their expiry, or poisoned when their attempts are spent.
+SELECT
+    count(*) FILTER (WHERE (state = 'pending' AND available_at <= now_s($1))
+        OR (state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts < max_attempts)) AS ready,
+    count(*) FILTER (WHERE state = 'pending' AND available_at > now_s($1)) AS delayed,
+    count(*) FILTER (WHERE state = 'claimed' AND lease_expires_at > now_s($1)) AS claimed,
+    count(*) FILTER (WHERE state = 'done') AS done,
+    count(*) FILTER (WHERE state = 'poisoned'
+        OR (state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts >= max_attempts)) AS poisoned,
+    least(
+        min(available_at) FILTER (WHERE state = 'pending' AND available_at <= now_s($1)),
+        min(lease_expires_at) FILTER (WHERE state = 'claimed' AND lease_expires_at <= now_s($1)
+            AND attempts < max_attempts)
+    ) AS oldest
+FROM items WHERE pool = $2;
+
+-- pools --
+-- Every pool that still has items, by name.
+SELECT pool FROM pools WHERE EXISTS (SELECT FROM items WHERE items.pool = pools.pool) ORDER BY pool;
+
+-- next_due --
+-- Seconds until pool $2's next item becomes claimable (<= 0: now; NULL: nothing is coming).
+SELECT least(
+    (SELECT min(available_at) FROM items WHERE pool = $2 AND state = 'pending'),
+    (SELECT min(lease_expires_at) FROM items WHERE pool = $2 AND state = 'claimed')
+) - now_s($1);
+
+-- now --
+-- The hive's clock.
+SELECT now_s($1);
+
+-- notify --
+-- Wake the waiters of pool $2 on channel $1.
+SELECT pg_notify($1, $2);
+
+-- register_worker --
+-- Insert or replace worker $2's record: starting, registered and heartbeating now.
+INSERT INTO workers (worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail)
+VALUES ($2, $3, $4, $5, $6, 'starting', now_s($1), now_s($1), NULL)
+ON CONFLICT (worker_id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, pools = excluded.pools, capabilities = excluded.capabilities,
+    status = excluded.status, registered_at = excluded.registered_at, last_heartbeat = excluded.last_heartbeat,
+    detail = NULL
+RETURNING worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail;
+
+-- worker_status_for_update --
+-- Worker $1's status, locked until the transaction ends (heartbeat, reap).
+SELECT status FROM workers WHERE worker_id = $1 FOR UPDATE;
+
+-- heartbeat --
+-- Worker $2 is alive now.
+UPDATE workers SET last_heartbeat = now_s($1) WHERE worker_id = $2
+RETURNING worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail;
+
+-- extend_worker_leases --
+-- Every unexpired lease of worker $2, in every pool, runs for its own length again from now.
+UPDATE items SET lease_expires_at = now_s($1) + lease_seconds
+WHERE claimed_by = $2 AND state = 'claimed' AND lease_expires_at > now_s($1);
+
+-- set_worker_status --
+-- Worker $1 reports status $2 with detail $3.
+UPDATE workers SET status = $2, detail = $3 WHERE worker_id = $1 RETURNING worker_id;
+
+-- get_worker --
+-- Worker $1's record.
+SELECT worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail
+FROM workers WHERE worker_id = $1;
+
+-- list_workers --
+-- Every worker (on host $1 when not NULL), oldest registration first.
+SELECT worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail
+FROM workers WHERE $1::text IS NULL OR host = $1 ORDER BY registered_at, worker_id;
+
+-- silent_workers --
+-- Workers neither lost nor stopped whose last heartbeat is more than $2 s old, locked
+-- (SKIP LOCKED: a reaper running elsewhere takes the others).
+SELECT worker_id, last_heartbeat, now_s($1) AS now FROM workers
+WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < now_s($1) - $2
+ORDER BY last_heartbeat, worker_id
+FOR UPDATE SKIP LOCKED;
+
+-- mark_lost --
+-- Worker $1 is lost, with detail $2.
+UPDATE workers SET status = 'lost', detail = $2 WHERE worker_id = $1;
+
+-- state_put --
+-- Set key $3 of namespace $2 to $4, expiring $5 s from now (NULL: never); the
+-- namespace's expired keys go at the same time.
+WITH swept AS (
+    DELETE FROM shared_state WHERE namespace = $2 AND expires_at <= now_s($1) AND key <> $3
+)
+INSERT INTO shared_state (namespace, key, value, expires_at)
+VALUES ($2, $3, $4, now_s($1) + $5)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at;
+
+-- state_get --
+-- Key $3 of namespace $2, unless expired.
+SELECT value FROM shared_state
+WHERE namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now_s($1));
+
+-- state_scan --
+-- Every unexpired key of namespace $2, by key.
+SELECT key, value FROM shared_state
+WHERE namespace = $2 AND (expires_at IS NULL OR expires_at > now_s($1)) ORDER BY key;
+
+-- state_delete --
+-- Delete key $3 of namespace $2; says whether it existed and had not expired.
+DELETE FROM shared_state WHERE namespace = $2 AND key = $3
+RETURNING expires_at IS NULL OR expires_at > now_s($1) AS live;
+
+-- schema_exists --
+-- Whether schema $1 exists in this database.
+SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1);
+
+-- schema_tables --
+-- The tables and other relations in schema $1 (to tell ours from someone else's).
+SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relname;
+
+-- schema_owner_and_version --
+-- Who owns the schema (the meta row) and the highest migration applied.
+SELECT (SELECT value FROM meta WHERE key = 'owner') AS owner,
+       (SELECT coalesce(max(version), 0) FROM migrations) AS version;
+
+-- migration_lock --
+-- Serialise migrations of schema $1 across every process until commit.
+SELECT pg_advisory_xact_lock(hashtextextended('workhive-migrate:' || $1, 0));
+
+-- record_migration --
+-- Migration $1 was applied.
+INSERT INTO migrations (version) VALUES ($1);

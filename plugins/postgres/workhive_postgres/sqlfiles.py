@@ -1,0 +1,51 @@
+"""The SQL of this package, read from its ``.sql`` files.
+
+``queries.sql`` and ``locks.sql`` hold one statement per ``-- name --``
+header (the procrastinate layout: a reader sees every statement in one
+place); ``migrations/NNNN_*.sql`` take a schema from version NNNN-1 to NNNN.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib.resources import files
+
+__all__ = ["migrations", "queries"]
+
+_HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
+_MIGRATION = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+
+
+def _read(name: str) -> str:
+    return (files("workhive_postgres") / "sql" / name).read_text(encoding="utf-8")
+
+
+def _split(text: str) -> dict[str, str]:
+    parts = _HEADER.split(text)
+    found: dict[str, str] = {}
+    # parts: [preamble, name, body, name, body, ...]
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        found[name] = "\n".join(lines).strip().rstrip(";")
+    return found
+
+
+@functools.cache
+def queries(file: str = "queries.sql") -> dict[str, str]:
+    """Statement text by name from ``file`` (comments dropped, no trailing semicolon)."""
+    return _split(_read(file))
+
+
+@functools.cache
+def migrations() -> tuple[tuple[int, str], ...]:
+    """(version, script) for every migration, in order; versions run 1, 2, 3… without gaps."""
+    found = []
+    for entry in (files("workhive_postgres") / "sql" / "migrations").iterdir():
+        match = _MIGRATION.fullmatch(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    found.sort()
+    if [v for v, _ in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"workhive-postgres migrations are not numbered 1..n: {[v for v, _ in found]}")
+    return tuple(found)

@@ -1,0 +1,166 @@
+"""Parsing ``postgresql://`` URLs into connection settings, and showing them without the password.
+
+Forms::
+
+    postgresql://user:password@host:port/database?schema=workhive
+    postgres://user@host/database                 (port 5432, schema workhive)
+    ...?schema=NAME&pool_size=10&connect_timeout=10&retry_for=60&sslmode=require
+
+The password never leaves this module in any text: ``PostgresConfig.where``
+(``host:port/db``) and ``PostgresConfig.redacted`` are what messages and
+reprs show. A URL that fails to parse is described, never echoed.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import attrs
+
+from workhive.errors import ConfigError
+
+__all__ = ["DEFAULT_SCHEMA", "PostgresConfig", "parse_url", "redact_url"]
+
+DEFAULT_SCHEMA = "workhive"
+SCHEMES = ("postgresql", "postgres")
+_OPTIONS = ("schema", "pool_size", "connect_timeout", "retry_for", "sslmode", "application_name")
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+# Lower case, so that it needs no quoting and means the same to every client.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@attrs.frozen
+class PostgresConfig:
+    """Where the hive lives and how to connect; ``password`` is hidden from repr.
+
+    >>> cfg = parse_url("postgresql://app:s3cret@db.example:6543/jobs?schema=hive")
+    >>> cfg.where, cfg.schema
+    ('db.example:6543/jobs', 'hive')
+    >>> "s3cret" in repr(cfg) or "s3cret" in cfg.redacted
+    False
+    """
+
+    host: str
+    port: int
+    database: str
+    user: str | None
+    password: str | None = attrs.field(repr=False)
+    schema: str = DEFAULT_SCHEMA
+    pool_size: int = 10
+    connect_timeout: float = 10.0
+    retry_for: float = 60.0
+    sslmode: str | None = None
+    application_name: str = "workhive"
+
+    @property
+    def where(self) -> str:
+        """``host:port/database``: how every message names the server."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}/{self.database}"
+
+    @property
+    def redacted(self) -> str:
+        """The URL with the password replaced by ``***``."""
+        user = "" if self.user is None else self.user + (":***" if self.password is not None else "") + "@"
+        query = "" if self.schema == DEFAULT_SCHEMA else f"?schema={self.schema}"
+        return f"postgresql://{user}{self.where}{query}"
+
+    def connect_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for ``asyncpg.connect``/``create_pool``."""
+        kwargs: dict[str, object] = {
+            "host": self.host,
+            "port": self.port,
+            "database": self.database,
+            "timeout": self.connect_timeout,
+        }
+        if self.user is not None:
+            kwargs["user"] = self.user
+        if self.password is not None:
+            kwargs["password"] = self.password
+        if self.sslmode is not None:
+            kwargs["ssl"] = self.sslmode
+        return kwargs
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for text shown to people).
+
+    >>> redact_url("postgresql://u:pw@h/db")
+    'postgresql://u:***@h/db'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    userinfo = netloc[0].split(":", 1)[0]
+    return parts._replace(netloc=f"{userinfo}:***@{netloc[2]}").geturl()
+
+
+def _bad(message: str) -> ConfigError:
+    return ConfigError(message + "; the form is postgresql://user:password@host:port/database?schema=workhive")
+
+
+def _number(name: str, text: str, low: float, integer: bool) -> float:
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        value = low - 1
+    if not value >= low:
+        kind = "a whole number" if integer else "a number of seconds"
+        raise _bad(f"{name}={text!r} in the PostgreSQL URL must be {kind} >= {low:g}")
+    return value
+
+
+def parse_url(url: str) -> PostgresConfig:
+    """Parse a ``postgresql://`` URL; ``ConfigError`` says what is malformed (never showing the password).
+
+    >>> parse_url("postgres://postgres@127.0.0.1/test").where
+    '127.0.0.1:5432/test'
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"a PostgreSQL URL must be a string, got {type(url).__name__}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise _bad("the PostgreSQL URL has a malformed host or port (the port must be a number up to 65535)") from None
+    if parts.scheme.lower() not in SCHEMES:
+        raise _bad(f"a {parts.scheme or 'scheme-less'} URL is not a PostgreSQL URL")
+    host = parts.hostname
+    if not host:
+        raise _bad("the PostgreSQL URL names no host (e.g. 127.0.0.1 or db.example.com)")
+    database = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    if not database or "/" in database:
+        raise _bad(f"the PostgreSQL URL for {host} names no database (or more than one path segment)")
+    try:
+        query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)))
+    except ValueError:
+        raise _bad(
+            f"the PostgreSQL URL for {host}/{database} has a malformed query: write ?key=value&key=value"
+        ) from None
+    unknown = sorted(set(query) - set(_OPTIONS))
+    if unknown:
+        raise _bad(f"unknown option(s) {', '.join(unknown)} in the PostgreSQL URL; known: {', '.join(_OPTIONS)}")
+    schema = query.get("schema", DEFAULT_SCHEMA)
+    if not _SCHEMA_NAME.fullmatch(schema) or schema.startswith("pg_"):
+        raise _bad(
+            f"schema={schema!r} is not a usable schema name: 1-63 lower-case letters, digits and _, "
+            "not starting with a digit or pg_"
+        )
+    sslmode = query.get("sslmode")
+    if sslmode is not None and sslmode not in _SSL_MODES:
+        raise _bad(f"sslmode={sslmode!r} is not one of {', '.join(_SSL_MODES)}")
+    return PostgresConfig(
+        host=host,
+        port=port or 5432,
+        database=database,
+        user=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        schema=schema,
+        pool_size=int(_number("pool_size", query.get("pool_size", "10"), 1, True)),
+        connect_timeout=_number("connect_timeout", query.get("connect_timeout", "10"), 0.1, False),
+        retry_for=_number("retry_for", query.get("retry_for", "60"), 0, False),
+        sslmode=sslmode,
+        application_name=query.get("application_name", "workhive")[:63],
+    )
