@@ -1,0 +1,640 @@
+"""``RedisStorage``: the workhive storage contract on Redis, one Lua script per operation.
+
+* Every operation that changes anything is one ``EVALSHA`` of a script in
+  ``lua/`` (``workhive_redis.scripts``), so it is atomic on the server; the
+  script reads the server's ``TIME`` (plus ``clock_offset``, which tests use to
+  move time forward), never the worker's clock.
+* A pool's keys share one hash tag (``workhive_redis.keys``), so each pool
+  script touches one slot. What spans pools is done pool by pool, each step
+  atomic, in an order that stays correct if the caller dies half way:
+  a worker's heartbeat is accepted or refused in the registry first (a lost
+  worker's is refused), then its leases are extended in each pool it claimed
+  from; ``reap`` declares a worker lost in one step (from then on its
+  heartbeats are refused), then releases its items pool by pool, and only
+  then clears it from the ``reaping`` set, so the next ``reap`` finishes
+  what a crashed reaper left.
+* ``wait_for_work`` blocks on pub/sub (``workhive_redis.wakeups``): scripts
+  publish when they make work claimable; delayed items and leases are waited
+  for until their time, never polled.
+* Connection failures are retried or reported as ``workhive_redis.client`` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from workhive.budgets import BudgetTake
+from workhive.errors import (
+    HiveNotFound,
+    InvalidArgument,
+    InvalidItem,
+    SchemaVersionError,
+    StorageError,
+    WorkerLost,
+    WorkerNotFound,
+)
+from workhive.ids import is_item_id
+from workhive.models import (
+    Ack,
+    ItemState,
+    NewItem,
+    PoolStats,
+    ReapedWorker,
+    WorkerFilter,
+    WorkerRecord,
+    WorkerRegistration,
+    WorkerStatus,
+    WorkItem,
+)
+from workhive_redis.client import RedisClient
+from workhive_redis.keys import HiveKeys, PoolKeys
+from workhive_redis.url import RedisConfig, parse_url
+from workhive_redis.wakeups import Wakeups
+
+__all__ = ["SCHEMA_VERSION", "RedisStorage"]
+
+#: the layout of keys and records this code writes; a store with a higher one is refused
+SCHEMA_VERSION = 1
+OWNER = "workhive-redis"
+#: the largest payload, result or error text accepted (Redis itself allows 512 MiB per value,
+#: but one huge value holds the single-threaded server for every worker while it is copied)
+MAX_VALUE_BYTES = 16 * 1024 * 1024
+#: items per script call for push_many and complete_many: bounds how long one script holds the server
+BATCH = 1000
+#: purge deletes at most this many items per script call
+PURGE_CHUNK = 1000
+
+_STATES = {s.value: s for s in ItemState}
+_WORKER_STATES = {s.value: s for s in WorkerStatus}
+
+
+def _f(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+class RedisStorage:
+    """Storage on a Redis server; what ``workhive.open("redis://…")`` builds.
+
+    ``clock_offset`` (seconds, read at every call) is added to the server's
+    clock: the contract suite passes ``clock_offset=clock.offset`` to move
+    time. ``clock`` (tests only) replaces the server's time altogether with
+    a callable's, for tests that predict exact times (the model test).
+    ``create=False`` opens only a hive that exists (``HiveNotFound``
+    otherwise) and writes nothing.
+
+    >>> async def main():  # doctest: +SKIP
+    ...     async with workhive.open("redis://127.0.0.1:6379/0?prefix=billing") as hive:
+    ...         await hive.pool("invoices").push({"id": 42})
+    """
+
+    capabilities = frozenset({"notify", "multiprocess"})
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock_offset: Callable[[], float] | None = None,
+        create: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.config: RedisConfig = parse_url(url)
+        self.url = self.config.display
+        self._offset = clock_offset
+        self._clock = clock
+        self._create = create
+        self.keys = HiveKeys(self.config.prefix)
+        self._client = RedisClient(self.config)
+        self._wakeups = Wakeups(self._client)
+        self._pool_keys: dict[str, PoolKeys] = {}
+        self._pool_numbers: dict[str, int] = {}
+        self._claimed_from: set[tuple[str, str]] = set()
+        self._open = False
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "closed"
+        return f"<RedisStorage {self.config.display} prefix={self.config.prefix!r} {state}>"
+
+    @property
+    def where(self) -> str:
+        """Where the hive lives, for messages: ``redis://host:port/db prefix 'name'`` (no password)."""
+        return f"{self.config.display} prefix {self.config.prefix!r}"
+
+    def _off(self) -> str:
+        """What scripts take as their clock (see lua/includes/clock.lua)."""
+        if self._clock is not None:
+            return "=" + _num(self._clock())
+        return "0" if self._offset is None else _num(self._offset())
+
+    # -- lifecycle ----------------------------------------------------------
+    async def open(self) -> None:
+        if self._open:
+            return
+        await self._client.open(retry_for=min(self.config.retry_for, 5.0))
+        try:
+            await self._check_version()
+        except BaseException:
+            await self._client.close()
+            raise
+        self._open = True
+
+    async def _check_version(self) -> None:
+        client, keys = self._client, self.keys
+        kind = await client.command("TYPE", keys.version)
+        if kind == "none":
+            foreign = await self._find_keys()
+            # Another process may have created this hive since TYPE answered: its keys are ours.
+            if foreign is not None and await client.command("TYPE", keys.version) == "none":
+                raise StorageError(
+                    f"Redis at {self.config.where} has keys under the prefix {self.config.prefix!r} that workhive "
+                    f"did not write (e.g. {foreign!r}) and no workhive version key: another program uses this "
+                    "prefix. Choose another one with ?prefix=NAME in the URL",
+                    where=self.config.where,
+                )
+            if foreign is None and not self._create:
+                raise HiveNotFound(
+                    f"no hive at {self.where}: nothing is stored under that prefix. Check the URL and ?prefix=, "
+                    "or push to it first (reading never creates one)",
+                    where=self.config.where,
+                )
+            # One script: processes opening a new hive at once all see the whole record.
+            await client.run("init_version", [keys.version], [OWNER, str(SCHEMA_VERSION)])
+            kind = "hash"
+        record = await client.command("HGETALL", keys.version)
+        if record.get("by") != OWNER or not str(record.get("schema", "")).isdigit():
+            raise StorageError(
+                f"Redis at {self.config.where}: the version record {keys.version!r} was not written by workhive "
+                f"({record!r}); choose another prefix with ?prefix=NAME",
+                where=self.config.where,
+            )
+        schema = int(record["schema"])
+        if schema > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the hive at {self.where} was written by a newer workhive-redis (layout {schema}; this one "
+                f"reads up to {SCHEMA_VERSION}); upgrade workhive-redis: pip install -U workhive-redis",
+                where=self.config.where,
+            )
+
+    async def _find_keys(self) -> str | None:
+        """One key under this prefix, if any (a prefix used by someone else, or a half-deleted hive)."""
+        for pattern in self.keys.patterns:
+            cursor = "0"
+            while True:
+                cursor, found = await self._client.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                if found:
+                    return str(found[0])
+                if cursor == "0" or cursor == 0:
+                    break
+        return None
+
+    async def close(self) -> None:
+        self._open = False
+        await self._wakeups.close()
+        await self._client.close()
+
+    async def now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        seconds, micros = await self._client.command("TIME")
+        return int(seconds) + int(micros) / 1_000_000 + (0.0 if self._offset is None else self._offset())
+
+    async def notices(self) -> list[str]:
+        """Facts a user should see next to this store's status: here, what the server persists.
+
+        >>> await backend.notices()  # doctest: +SKIP
+        ['Redis at 127.0.0.1:6379 persists nothing (no AOF, no RDB snapshots): a server restart loses the hive']
+        """
+        where = self.config.where
+        try:
+            reply = await self._client.pipeline(
+                [("CONFIG", "GET", "appendonly"), ("CONFIG", "GET", "appendfsync"), ("CONFIG", "GET", "save")],
+                write=False,
+            )
+        except StorageError:
+            return [
+                f"Redis at {where} does not show its persistence settings (CONFIG is not allowed): make sure it "
+                "runs with appendonly yes, or a restart loses the hive"
+            ]
+        settings: dict[str, str] = {}
+        for pair in reply:
+            settings.update(pair if isinstance(pair, dict) else dict(zip(pair[::2], pair[1::2])))
+        aof = settings.get("appendonly") == "yes"
+        rdb = bool(settings.get("save", "").strip())
+        if not aof and not rdb:
+            return [f"Redis at {where} persists nothing (no AOF, no RDB snapshots): a server restart loses the hive"]
+        if not aof:
+            return [
+                f"Redis at {where} only takes RDB snapshots (save {settings.get('save')}): a restart loses what "
+                "changed since the last one; appendonly yes keeps every acknowledged change"
+            ]
+        if settings.get("appendfsync") == "no":
+            return [
+                f"Redis at {where} writes an AOF but leaves flushing to the OS (appendfsync no): a machine crash "
+                "can lose the last ~30 s of changes"
+            ]
+        return []
+
+    # -- helpers ------------------------------------------------------------
+    def _pk(self, pool: str) -> PoolKeys:
+        keys = self._pool_keys.get(pool)
+        if keys is None:
+            keys = self._pool_keys[pool] = PoolKeys(self.config.prefix, pool)
+        return keys
+
+    async def _pool_number(self, pool: str) -> int:
+        number = self._pool_numbers.get(pool)
+        if number is None:
+            number = int(await self._client.run("pool_index", (self.keys.pools, self.keys.poolseq), (pool,)))
+            self._pool_numbers[pool] = number
+        return number
+
+    def _claiming(self, pool: str, worker_id: str) -> list[tuple[Any, ...]]:
+        """Commands to send before this worker's first claim in ``pool`` from this process (see keys.py)."""
+        if (worker_id, pool) in self._claimed_from:
+            return []
+        return [("SADD", self.keys.worker_pools(worker_id), pool)]
+
+    async def _claim_call(
+        self, pool: str, worker_id: str, script: str, keys: tuple[str, ...], args: tuple[Any, ...]
+    ) -> Any:
+        before = self._claiming(pool, worker_id)
+        sha = self._client.scripts[script].sha
+        call = ("EVALSHA", sha, len(keys), *keys, *args)
+        if not before:
+            return (await self._client.pipeline([call], write=True))[0]
+        replies = await self._client.pipeline([*before, call], write=True)
+        self._claimed_from.add((worker_id, pool))
+        return replies[-1]
+
+    @staticmethod
+    def _check_size(text: str | None, what: str) -> None:
+        if text is not None and len(text) > MAX_VALUE_BYTES // 4 and len(text.encode("utf-8")) > MAX_VALUE_BYTES:
+            raise InvalidItem(
+                f"{what} is {len(text.encode('utf-8')):,} bytes as JSON; Redis storage takes at most "
+                f"{MAX_VALUE_BYTES:,} per value: store large data elsewhere and push a reference to it"
+            )
+
+    @staticmethod
+    def _claimed(reply: list[Any], start: int, pool: str, worker_id: str, lease: float) -> list[WorkItem]:
+        if len(reply) <= start:
+            return []
+        expires = float(reply[start])
+        items = []
+        for i in range(start + 1, len(reply), 11):
+            r = reply[i : i + 11]
+            item = WorkItem(
+                r[0], pool, r[1], ItemState.CLAIMED, int(r[2]), int(r[3]), int(r[4]), int(r[5]),
+                float(r[6]), float(r[7]), worker_id, expires, lease, r[8], r[9], None, None, int(r[10]),
+            )  # fmt: skip
+            items.append(item)
+        return items
+
+    @staticmethod
+    def _item(item_id: str, pool: str, h: dict[str, Any]) -> WorkItem:
+        return WorkItem(
+            item_id, pool, h["p"], _STATES[h["st"]], int(h["pr"]), int(h["at"]), int(h["ma"]), int(h["tk"]),
+            float(h["ca"]), float(h["aa"]), h.get("cb"), _f(h.get("le")), _f(h.get("ls")), h.get("dk"),
+            h.get("er"), h.get("rs"), _f(h.get("fa")), int(h.get("rl", 0)),
+        )  # fmt: skip
+
+    # -- items --------------------------------------------------------------
+    async def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
+        if not items:
+            return []
+        for new in items:
+            self._check_size(new.payload, "item data")
+        number = await self._pool_number(pool)
+        k = self._pk(pool)
+        keys = (k.ready, k.delayed, k.seq, k.dedup, k.n)
+        ids: list[str] = []
+        batch: list[Any] = []
+        for start in range(0, len(items), BATCH):
+            args: list[Any] = [self._off(), number, k.wake]
+            for new in items[start : start + BATCH]:
+                args += (new.payload, new.priority, _num(new.delay), new.max_attempts, new.dedup_key or "")
+            batch.append(("EVALSHA", self._client.scripts["push"].sha, len(keys), *keys, *args))
+        # Chunks run one after another on the server, so a dedup key repeated
+        # across chunks still finds the item an earlier chunk pushed.
+        for reply in await self._client.pipeline(batch, write=True):
+            ids += reply
+        return ids
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        k = self._pk(pool)
+        reply = await self._claim_call(
+            pool, worker_id, "claim", (k.ready, k.delayed, k.leases), (self._off(), worker_id, limit, _num(lease))
+        )
+        return self._claimed(reply, 0, pool, worker_id, float(lease))
+
+    async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
+        if not acks:
+            return []
+        k = self._pk(pool)
+        keys = (k.ready, k.leases, k.done)
+        sha = self._client.scripts["complete"].sha
+        out: list[bool] = [False] * len(acks)
+        calls: list[Any] = []
+        places: list[list[int]] = []
+        args: list[Any] = []
+        place: list[int] = []
+        for index, ack in enumerate(acks):
+            self._check_size(ack.result, "the result")
+            if not is_item_id(ack.item_id):
+                continue
+            args += (ack.item_id, ack.token, ack.result or "")
+            place.append(index)
+            if len(place) == BATCH:
+                calls.append(("EVALSHA", sha, len(keys), *keys, self._off(), *args))
+                places.append(place)
+                args, place = [], []
+        if place:
+            calls.append(("EVALSHA", sha, len(keys), *keys, self._off(), *args))
+            places.append(place)
+        if calls:
+            for reply, where in zip(await self._client.pipeline(calls, write=True), places):
+                for index, ok in zip(where, reply):
+                    out[index] = ok == 1
+        return out
+
+    async def complete_and_claim(
+        self, pool: str, ack: Ack, worker_id: str, limit: int, lease: float
+    ) -> tuple[bool, list[WorkItem]]:
+        self._check_size(ack.result, "the result")
+        if not is_item_id(ack.item_id):
+            return False, []
+        k = self._pk(pool)
+        reply = await self._claim_call(
+            pool,
+            worker_id,
+            "complete_and_claim",
+            (k.ready, k.delayed, k.leases, k.done),
+            (self._off(), ack.item_id, ack.token, ack.result or "", worker_id, limit, _num(lease)),
+        )
+        if reply == 0:
+            return False, []
+        return True, self._claimed(reply, 1, pool, worker_id, float(lease))
+
+    async def fail(
+        self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
+    ) -> ItemState | None:
+        if not is_item_id(item_id):
+            return None
+        self._check_size(error, "the error text")
+        k = self._pk(pool)
+        reply = await self._client.run(
+            "fail",
+            (k.ready, k.delayed, k.leases, k.dead),
+            (self._off(), item_id, token, error, _num(retry_in), "1" if poison else "0", k.wake),
+        )
+        return None if reply == 0 else _STATES[reply]
+
+    async def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
+        if not is_item_id(item_id):
+            return False
+        k = self._pk(pool)
+        reply = await self._client.run(
+            "release", (k.ready, k.delayed, k.leases), (self._off(), item_id, token, _num(delay), k.wake)
+        )
+        return bool(reply == 1)
+
+    async def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
+        if not is_item_id(item_id):
+            return None
+        k = self._pk(pool)
+        reply = await self._client.run("extend", (k.ready, k.leases), (self._off(), item_id, token, _num(lease)))
+        return None if reply == 0 else float(reply)
+
+    async def get(self, pool: str, item_id: str) -> WorkItem | None:
+        if not is_item_id(item_id):
+            return None
+        h = await self._client.command("HGETALL", self._pk(pool).item(item_id))
+        return self._item(item_id, pool, h) if h else None
+
+    async def list_items(self, pool: str, state: ItemState, limit: int, offset: int = 0) -> list[WorkItem]:
+        k = self._pk(pool)
+        await self.stats(pool)  # settles expired leases and due items first
+        if state is ItemState.PENDING:
+            ranges = [("ZRANGE", k.ready, 0, -1), ("ZRANGE", k.delayed, 0, -1)]
+            replies = await self._client.pipeline(ranges, write=False)
+            ids = [member[14:] for member in replies[0]] + list(replies[1])
+        else:
+            index = {ItemState.CLAIMED: k.leases, ItemState.DONE: k.done, ItemState.POISONED: k.dead}[state]
+            ids = list(await self._client.command("ZRANGE", index, 0, -1))
+        # Ids of one pool share their first digits and count up: text order is push order.
+        chosen = sorted(ids)[offset : offset + limit]
+        if not chosen:
+            return []
+        records = await self._client.pipeline([("HGETALL", k.item(i)) for i in chosen], write=False)
+        return [self._item(i, pool, h) for i, h in zip(chosen, records) if h and h.get("st") == state.value]
+
+    async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
+        k = self._pk(pool)
+        if item_ids is not None:
+            item_ids = [i for i in dict.fromkeys(item_ids) if is_item_id(i)]
+            if not item_ids:
+                return 0
+        return int(
+            await self._client.run("requeue", (k.ready, k.dead, k.dedup), (self._off(), k.wake, *(item_ids or ())))
+        )
+
+    def _release_worker_call(self, pool: str, worker_id: str, spend: bool) -> tuple[Any, ...]:
+        k = self._pk(pool)
+        keys = (k.ready, k.leases, k.held(worker_id))
+        sha = self._client.scripts["release_worker"].sha
+        return ("EVALSHA", sha, len(keys), *keys, self._off(), worker_id, "1" if spend else "0", k.wake)
+
+    async def _release_everywhere(self, worker_id: str, spend: bool) -> tuple[int, int]:
+        pools = sorted(await self._client.command("SMEMBERS", self.keys.worker_pools(worker_id)))
+        if not pools:
+            return 0, 0
+        replies = await self._client.pipeline(
+            [self._release_worker_call(p, worker_id, spend) for p in pools], write=True
+        )
+        return sum(int(r[0]) for r in replies), sum(int(r[1]) for r in replies)
+
+    async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        if pool is not None:
+            call = self._release_worker_call(pool, worker_id, spend_attempt)
+            reply = (await self._client.pipeline([call], write=True))[0]
+            return int(reply[0]) + int(reply[1])
+        return sum(await self._release_everywhere(worker_id, spend_attempt))
+
+    async def purge(self, pool: str, older_than: float) -> int:
+        k = self._pk(pool)
+        total = 0
+        while True:
+            deleted = int(
+                await self._client.run(
+                    "purge", (k.done, k.dead, k.n), (self._off(), _num(older_than), PURGE_CHUNK, k.base)
+                )
+            )
+            total += deleted
+            if deleted < PURGE_CHUNK:
+                return total
+
+    async def stats(self, pool: str) -> PoolStats:
+        k = self._pk(pool)
+        r = await self._client.run("stats", (k.ready, k.delayed, k.leases, k.done, k.dead), (self._off(),))
+        return PoolStats(pool, int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), _f(r[5]))
+
+    async def pools(self) -> list[str]:
+        names = sorted(await self._client.command("HKEYS", self.keys.pools))
+        if not names:
+            return []
+        counts = await self._client.pipeline([("GET", self._pk(n).n) for n in names], write=False)
+        return [n for n, c in zip(names, counts) if c is not None and int(c) > 0]
+
+    async def wait_for_work(self, pool: str, timeout: float) -> None:
+        if timeout <= 0:
+            return
+        k = self._pk(pool)
+        wakeups = self._wakeups
+        future = wakeups.register(k.wake)
+        try:
+            try:
+                await asyncio.wait_for(wakeups.subscribe(k.wake), timeout)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                return  # no subscriber connection: the caller looks again (and reports a dead server)
+            except Exception as exc:  # redis-py's connection errors
+                if type(exc).__module__.startswith("redis"):
+                    return
+                raise
+            due = float(await self._client.run("due", (k.ready, k.delayed, k.leases), (self._off(),), write=False))
+            if due == 0:
+                return
+            wait = timeout if due < 0 else min(timeout, due)
+            try:
+                await asyncio.wait_for(asyncio.shield(future), wait)
+            except asyncio.TimeoutError:
+                pass
+        finally:
+            wakeups.unregister(k.wake, None, future)
+
+    # -- workers ------------------------------------------------------------
+    @staticmethod
+    def _worker(worker_id: str, h: dict[str, Any]) -> WorkerRecord:
+        return WorkerRecord(
+            worker_id,
+            h["host"],
+            int(h["pid"]),
+            tuple(json.loads(h["pools"])),
+            tuple(json.loads(h["caps"])),
+            _WORKER_STATES[h["st"]],
+            float(h["ra"]),
+            float(h["hb"]),
+            h.get("dt"),
+        )
+
+    async def register_worker(self, registration: WorkerRegistration) -> WorkerRecord:
+        keys = self.keys
+        r = registration
+        now = await self._client.run(
+            "register",
+            (keys.worker(r.worker_id), keys.workers, keys.wseq, keys.beats),
+            (self._off(), r.worker_id, r.host, r.pid, json.dumps(list(r.pools)), json.dumps(list(r.capabilities))),
+        )
+        at = float(now)
+        return WorkerRecord(
+            r.worker_id, r.host, r.pid, tuple(r.pools), tuple(r.capabilities), WorkerStatus.STARTING, at, at
+        )
+
+    async def heartbeat(self, worker_id: str) -> WorkerRecord:
+        keys = self.keys
+        reply = await self._client.run("heartbeat", (keys.worker(worker_id), keys.beats), (self._off(), worker_id))
+        if reply[0] == 0:
+            raise WorkerNotFound(
+                f"no worker {worker_id!r} is registered; register it before heartbeating", worker_id=worker_id
+            )
+        if reply[0] == -1:
+            raise WorkerLost(
+                f"worker {worker_id!r} was declared lost (no heartbeat since {reply[1]}) and its items were "
+                "released; stop working on them and register again",
+                worker_id=worker_id,
+            )
+        record = self._worker(worker_id, dict(zip(reply[1::2], reply[2::2])))
+        pools = sorted(await self._client.command("SMEMBERS", keys.worker_pools(worker_id)))
+        if pools:
+            sha = self._client.scripts["extend_held"].sha
+            calls = []
+            for pool in pools:
+                k = self._pk(pool)
+                calls.append(("EVALSHA", sha, 2, k.leases, k.held(worker_id), self._off(), worker_id, k.base))
+            await self._client.pipeline(calls, write=True)
+        return record
+
+    async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
+        keys = self.keys
+        done = await self._client.run(
+            "set_status",
+            (keys.worker(worker_id), keys.beats),
+            (worker_id, status.value, "0" if detail is None else "1", detail or ""),
+        )
+        if not done:
+            raise WorkerNotFound(
+                f"no worker {worker_id!r} is registered; register it before setting its status", worker_id=worker_id
+            )
+
+    async def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        h = await self._client.command("HGETALL", self.keys.worker(worker_id))
+        return self._worker(worker_id, h) if h else None
+
+    async def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
+        ids = await self._client.command("ZRANGE", self.keys.workers, 0, -1)
+        if not ids:
+            return []
+        records = await self._client.pipeline([("HGETALL", self.keys.worker(i)) for i in ids], write=False)
+        now = await self.now()
+        found = [self._worker(i, h) for i, h in zip(ids, records) if h]
+        return [r for r in found if filter.matches(r, now)]
+
+    async def reap(self, threshold: float) -> list[ReapedWorker]:
+        keys = self.keys
+        reply = await self._client.run(
+            "reap", (keys.beats, keys.reaping), (self._off(), _num(threshold), keys.worker_prefix)
+        )
+        reaped: list[ReapedWorker] = []
+        for i in range(0, len(reply), 3):
+            worker_id, beat, fresh = reply[i], float(reply[i + 1]), reply[i + 2] == 1
+            released, poisoned = await self._release_everywhere(worker_id, True)
+            await self._client.run("reaped", (keys.reaping,), (worker_id,))
+            if fresh:
+                reaped.append(ReapedWorker(worker_id, beat, released, poisoned))
+        return reaped
+
+    # -- rate budgets (workhive.budgets.TakesBudget) -------------------------
+    async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
+        """Reserve the soonest of ``choices`` within ``max_wait``, atomically (one script, the server's clock)."""
+        if not choices:
+            raise InvalidArgument("take_budget needs at least one choice")
+        # Lua's tonumber need not read 'inf': any wait is below 1e308 seconds.
+        args: list[Any] = [self._off(), _num(min(max_wait, 1e308)), len(choices)]
+        for takes in choices:
+            args.append(len(takes))
+            for take in takes:
+                args.extend((take.key, _num(take.interval), _num(take.tolerance), _num(take.cost)))
+        index, wait = await self._client.run("take_budget", (self.keys.budgets,), args)
+        return int(index), float(wait)
+
+    # -- shared state -------------------------------------------------------
+    async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
+        self._check_size(value, "the shared value")
+        await self._client.run(
+            "state_put", self.keys.state(namespace), (self._off(), key, value, "" if ttl is None else _num(ttl))
+        )
+
+    async def state_get(self, namespace: str, key: str) -> str | None:
+        value = await self._client.run("state_get", self.keys.state(namespace), (self._off(), key), write=False)
+        return None if value is None else str(value)
+
+    async def state_scan(self, namespace: str) -> dict[str, str]:
+        flat = await self._client.run("state_scan", self.keys.state(namespace), (self._off(),), write=False)
+        return dict(sorted(zip(flat[::2], flat[1::2])))
+
+    async def state_delete(self, namespace: str, key: str) -> bool:
+        return bool(await self._client.run("state_delete", self.keys.state(namespace), (self._off(), key)) == 1)

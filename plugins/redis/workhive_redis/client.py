@@ -1,0 +1,258 @@
+"""One connection at a time to Redis, scripts by SHA, and what to do when things fail.
+
+Why not redis-py's ``Redis`` object: a storage call here is one ``EVALSHA``
+and nothing else, and redis-py's pool and command layers cost about as much
+per call as the round trip itself on a loaded machine. So ``RedisClient``
+keeps its own list of idle ``redis.asyncio.Connection`` objects (redis-py's
+protocol code, hiredis parser) and sends each command on one of them.
+
+Failures, and who retries:
+
+* Refused before anything was sent (connection refused, a connection that
+  the server closed while idle, the server still loading its data after a
+  restart, ``NOSCRIPT`` after a restart or ``SCRIPT FLUSH``): nothing was
+  applied, so every call is retried, with jittered exponential backoff, for
+  up to ``retry_for`` seconds; then ``StorageUnavailable`` naming host:port.
+* Dropped while a write was in flight: it was applied once or not at all,
+  and retrying blindly could apply it twice, so ``OutcomeUnknown`` is raised
+  (fenced calls are safe to retry; an unknown claim comes back when its
+  lease expires). Reads are retried like the first case.
+* Refused by the server for good (wrong password, a database index out of
+  range, an ACL that forbids ``EVALSHA``, out of memory): a
+  ``StorageUnavailable``/``StorageError`` that says what to do. No message
+  ever contains the password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from workhive.errors import OutcomeUnknown, StorageError, StorageUnavailable
+from workhive_redis.scripts import Script, load_scripts
+from workhive_redis.url import RedisConfig
+
+__all__ = ["RedisClient"]
+
+#: idle connections kept open; more are opened under load and closed when returned
+MAX_IDLE = 64
+_FIRST_PAUSE = 0.05
+_MAX_PAUSE = 2.0
+
+
+class RedisClient:
+    """Connections to one Redis server (see the module docstring for the failure rules)."""
+
+    def __init__(self, config: RedisConfig) -> None:
+        self.config = config
+        self.scripts: dict[str, Script] = load_scripts()
+        self._idle: list[Any] = []
+        self._connection_class: Any = None
+        self._kwargs: dict[str, Any] = {}
+        self._closed = True
+        self._errors: Any = None
+        self._dropping: set[asyncio.Future[None]] = set()
+
+    # -- lifecycle --------------------------------------------------------------
+    async def open(self, *, retry_for: float | None = None) -> None:
+        """Import the driver, connect once (errors say why) and register the scripts."""
+        import redis.asyncio.connection as connection
+        import redis.exceptions as errors
+
+        self._errors = errors
+        kwargs = self.config.connection_kwargs()
+        if self.config.path is not None:
+            self._connection_class = connection.UnixDomainSocketConnection
+        elif self.config.scheme == "rediss":
+            self._connection_class = connection.SSLConnection
+        else:
+            self._connection_class = connection.Connection
+        self._kwargs = kwargs
+        self._closed = False
+        await self.load_scripts(retry_for=retry_for)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await self._drop(conn)
+
+    def new_connection(self, **overrides: Any) -> Any:
+        """An unconnected redis-py connection with this server's settings (pub/sub uses its own)."""
+        return self._connection_class(**{**self._kwargs, **overrides})
+
+    def pubsub(self) -> Any:
+        """A redis-py ``PubSub`` on its own connection, which waits for messages without a timeout."""
+        import redis.asyncio as aioredis
+
+        kwargs = {**self._kwargs, "socket_timeout": None, "socket_keepalive": True}
+        pool = aioredis.ConnectionPool(connection_class=self._connection_class, max_connections=1, **kwargs)
+        return aioredis.Redis.from_pool(pool).pubsub()
+
+    async def load_scripts(self, *, retry_for: float | None = None) -> None:
+        """``SCRIPT LOAD`` every script (after a restart or ``SCRIPT FLUSH`` too)."""
+        commands = [("SCRIPT", "LOAD", s.text) for s in self.scripts.values()]
+        shas = await self.pipeline(commands, write=False, retry_for=retry_for, scripts=False)
+        for script, sha in zip(self.scripts.values(), shas):
+            if sha != script.sha:  # a server that hashes differently would call the wrong text
+                raise StorageError(f"Redis at {self.config.where} registered script {script.name} as {sha!r}")
+
+    # -- calls --------------------------------------------------------------------
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *, write: bool = True) -> Any:
+        """``EVALSHA`` the script ``name`` with ``keys`` and ``args``; its reply."""
+        script = self.scripts[name]
+        return (await self.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)], write=write))[0]
+
+    async def command(self, *args: Any, write: bool = False) -> Any:
+        """One plain command (``HGETALL``, ``PING``…): its reply."""
+        return (await self.pipeline([args], write=write))[0]
+
+    async def pipeline(
+        self,
+        commands: Sequence[Sequence[Any]],
+        *,
+        write: bool,
+        retry_for: float | None = None,
+        scripts: bool = True,
+    ) -> list[Any]:
+        """Send ``commands`` in one round trip on one connection; their replies, in order.
+
+        A reply that is an error raises. After ``NOSCRIPT`` the scripts are
+        loaded again and the whole batch is sent again, so a batch that mixes a
+        script with plain writes must be idempotent (the ones this package
+        sends are: ``SADD`` before a claim, extensions of live leases).
+        """
+        if self._closed:
+            raise StorageUnavailable(
+                f"Redis storage at {self.config.where} is not open; use `async with hive:` (or await hive.open()) first"
+            )
+        errors = self._errors
+        budget = self.config.retry_for if retry_for is None else retry_for
+        deadline = time.monotonic() + budget
+        pause = _FIRST_PAUSE
+        while True:
+            sent = False
+            conn = None
+            try:
+                conn = await self._connection()
+                packed = conn.pack_commands(commands)
+                sent = True
+                await conn.send_packed_command(packed, check_health=False)
+                replies = []
+                failure: Exception | None = None
+                for _ in commands:
+                    try:
+                        replies.append(await conn.read_response())
+                    except errors.ResponseError as exc:  # an error reply; the connection is fine
+                        replies.append(None)
+                        failure = failure or exc
+                self._release(conn)
+                conn = None
+                if failure is None:
+                    return replies
+                raise failure
+            except errors.NoScriptError:
+                if not scripts:
+                    raise
+                await self.load_scripts()
+                continue
+            except errors.BusyLoadingError:
+                pass  # the server is loading its data after a restart: nothing ran
+            except errors.AuthenticationError as exc:
+                raise self._refused(exc) from None
+            except errors.NoPermissionError as exc:
+                raise self._refused(exc) from None
+            except errors.ResponseError as exc:
+                raise self._refused(exc) from None
+            except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
+                if conn is not None:
+                    await self._drop(conn)
+                    conn = None
+                if sent and write:
+                    raise OutcomeUnknown(
+                        f"the connection to Redis at {self.config.where} dropped while a write was in flight "
+                        f"({_reason(exc)}): it was applied once or not at all",
+                        where=self.config.where,
+                    ) from None
+                if time.monotonic() + pause > deadline:
+                    raise StorageUnavailable(
+                        f"cannot reach Redis at {self.config.where}: {_reason(exc)} (retried for {budget:g}s); "
+                        "check that the server runs and the URL's host and port",
+                        where=self.config.where,
+                    ) from None
+            finally:
+                if conn is not None:
+                    await self._drop(conn)
+            if time.monotonic() + pause > deadline:
+                raise StorageUnavailable(
+                    f"Redis at {self.config.where} is still loading its data after {budget:g}s; try again later",
+                    where=self.config.where,
+                )
+            await asyncio.sleep(pause * (0.5 + random.random() / 2))
+            pause = min(_MAX_PAUSE, pause * 2)
+
+    # -- connections --------------------------------------------------------------
+    async def _connection(self) -> Any:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            reader = getattr(conn, "_reader", None)
+            # The server closed it while idle (a restart): the loop already saw the EOF.
+            if conn.is_connected and reader is not None and not reader.at_eof():
+                return conn
+            await self._drop(conn)
+        conn = self.new_connection()
+        await conn.connect()
+        return conn
+
+    def _release(self, conn: Any) -> None:
+        if self._closed or len(self._idle) >= MAX_IDLE:
+            task = asyncio.ensure_future(self._drop(conn))
+            self._dropping.add(task)
+            task.add_done_callback(self._dropping.discard)
+        else:
+            self._idle.append(conn)
+
+    @staticmethod
+    async def _drop(conn: Any) -> None:
+        try:
+            await conn.disconnect(nowait=True)
+        except Exception:  # a connection being thrown away may fail to close; nothing to do
+            pass
+
+    def _refused(self, exc: Exception) -> StorageError:
+        errors = self._errors
+        where = self.config.where
+        text = _reason(exc)
+        if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+            return StorageUnavailable(
+                f"Redis at {where} refused the login ({text}); check the user name and password in the URL",
+                where=where,
+            )
+        if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text:
+            return StorageUnavailable(
+                f"Redis at {where} does not let this user run what workhive needs ({text}); grant it "
+                "+@scripting (EVALSHA, SCRIPT LOAD), +@pubsub and read/write on the prefix's keys",
+                where=where,
+            )
+        if "DB index is out of range" in text or "invalid DB index" in text:
+            return StorageUnavailable(
+                f"Redis at {where} has no database {self.config.db} ({text}); use a smaller number in the URL "
+                "(redis://host:port/0) or raise the server's `databases` setting",
+                where=where,
+            )
+        if text.startswith("OOM"):
+            return StorageError(
+                f"Redis at {where} is out of memory ({text}); nothing was stored. Free memory, raise maxmemory, "
+                "or purge finished items (workhive purge)",
+                where=where,
+            )
+        return StorageError(f"Redis at {where} refused the command: {text}", where=where)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:300]

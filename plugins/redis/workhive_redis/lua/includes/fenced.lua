@@ -1,0 +1,37 @@
+--[[
+  holds(item, token, now): whether `token` is the item's live claim: the
+  item is CLAIMED, carries exactly that fencing token, and its lease has not
+  expired on the server's clock. complete, fail, release and extend act
+  only then, and change nothing otherwise.
+
+  finish_claim(B, item, id): drop the lease and the holder's index entry.
+]]
+local function holds(item, token, now)
+  local f = redis.call('HMGET', item, 'st', 'tk', 'le')
+  return f[1] == 'claimed' and f[2] == token and tonumber(f[3]) > now
+end
+
+local function finish_claim(B, item, id)
+  redis.call('ZREM', B .. 'leases', id)
+  local holder = redis.call('HGET', item, 'cb')
+  if holder then
+    redis.call('SREM', B .. 'held:' .. holder, id)
+  end
+end
+
+-- complete(B, id, token, result, now): DONE, the result kept (result '' = none).
+local function complete(B, id, token, result, now)
+  local item = B .. 'i:' .. id
+  if not holds(item, token, now) then
+    return 0
+  end
+  finish_claim(B, item, id)
+  redis.call('HSET', item, 'st', 'done', 'fa', num(now))
+  if result ~= '' then
+    redis.call('HSET', item, 'rs', result)
+  end
+  redis.call('HDEL', item, 'le', 'ls')
+  redis.call('ZADD', B .. 'done', now, id)
+  dedup_release(B, item, id)
+  return 1
+end

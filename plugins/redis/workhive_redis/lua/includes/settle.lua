@@ -1,0 +1,42 @@
+--[[
+  settle(B, now): bring the pool's indexes up to date with the clock.
+
+  * Delayed items whose available_at has come move to the ready set.
+  * Expired leases are settled: an item with attempts left becomes PENDING,
+    available since its lease expired (so it keeps its place in claim
+    order); an item whose attempts are spent is POISONED instead, with an
+    error saying the lease expired (a handler that kills its worker every
+    time must not loop forever).
+
+  Bounded per call (SETTLE_MAX of each), so one script never holds the
+  server for long; the rest is settled by the next call.
+]]
+local SETTLE_MAX = 1000
+
+local function settle(B, now)
+  local due = redis.call('ZRANGEBYSCORE', B .. 'delayed', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
+  for _, id in ipairs(due) do
+    local item = B .. 'i:' .. id
+    local f = redis.call('HMGET', item, 'pr', 'aa')
+    redis.call('ZREM', B .. 'delayed', id)
+    redis.call('ZADD', B .. 'ready', -tonumber(f[1]), ready_member(tonumber(f[2]), id))
+  end
+  local expired = redis.call('ZRANGEBYSCORE', B .. 'leases', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
+  for _, id in ipairs(expired) do
+    local item = B .. 'i:' .. id
+    local f = redis.call('HMGET', item, 'at', 'ma', 'cb', 'le', 'pr')
+    local attempts, max_attempts, holder = tonumber(f[1]), tonumber(f[2]), f[3]
+    redis.call('ZREM', B .. 'leases', id)
+    if holder then
+      redis.call('SREM', B .. 'held:' .. holder, id)
+    end
+    if attempts >= max_attempts then
+      poison(B, item, id, 'lease expired after attempt ' .. attempts .. ' of ' .. max_attempts
+        .. ' (worker ' .. (holder or '?') .. ' stopped heartbeating or crashed)', now)
+    else
+      redis.call('HSET', item, 'st', 'pending', 'aa', f[4])
+      redis.call('HDEL', item, 'cb', 'le', 'ls')
+      redis.call('ZADD', B .. 'ready', -tonumber(f[5]), ready_member(tonumber(f[4]), id))
+    end
+  end
+end

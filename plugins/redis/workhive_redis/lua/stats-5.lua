@@ -1,0 +1,28 @@
+--[[
+  stats: the pool's counts, settled to the server's clock first.
+
+  KEYS[1] ready     KEYS[2] delayed   KEYS[3] leases    KEYS[4] done
+  KEYS[5] dead
+  ARGV[1] clock offset
+
+  Returns {ready, delayed, claimed, done, poisoned, oldest ready available_at or false}.
+  The oldest ready item is the earliest head among the priority levels
+  (each level is in available_at order), so this reads one item per level.
+]]
+--- @include "clock"
+--- @include "ready"
+--- @include "settle"
+local B = string.sub(KEYS[1], 1, -6)
+local now = now(ARGV[1])
+settle(B, now)
+local oldest = false
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+while #head > 0 do
+  local at = redis.call('HGET', B .. 'i:' .. string.sub(head[1], 15), 'aa')
+  if at and (not oldest or tonumber(at) < tonumber(oldest)) then
+    oldest = at
+  end
+  head = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+end
+return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), oldest}

@@ -1,0 +1,195 @@
+"""Parsing ``redis://``, ``rediss://`` and ``unix://`` URLs; the password never leaves ``RedisConfig``.
+
+Forms::
+
+    redis://[[user]:password@]host[:port][/db][?option=value&...]
+    rediss://...                                   the same over TLS
+    unix:///path/to/redis.sock[?db=N&option=value&...]
+
+Options: ``prefix`` (default ``workhive``: several hives can share one
+server under different prefixes), ``retry_for`` (seconds a dropped
+connection is retried, default 30), ``timeout`` (socket timeout in seconds,
+default 10), ``lease`` (fleet-wide locks: seconds a dead holder keeps a lock
+before it frees itself, default 10). ``rediss://`` also takes
+``ssl_cert_reqs`` (required, optional, none) and ``ssl_ca_certs`` (a file).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import attrs
+
+from workhive.errors import ConfigError
+from workhive.urls import url_query
+
+__all__ = ["RedisConfig", "parse_url", "safe_url"]
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,99}")
+_OPTIONS = ("prefix", "retry_for", "timeout", "lease", "db")
+_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs")
+_SCHEMES = ("redis", "rediss", "unix")
+_USERINFO = re.compile(r"//[^/@?#]*@")
+
+
+def safe_url(url: object) -> str:
+    """``url`` with any user name and password taken out, for messages.
+
+    >>> safe_url("redis://:hunter2@cache:6379/0")
+    'redis://***@cache:6379/0'
+    """
+    return _USERINFO.sub("//***@", url, count=1) if isinstance(url, str) else repr(type(url).__name__)
+
+
+@attrs.frozen
+class RedisConfig:
+    """Where the server is, how to log in (the password is never shown) and the key prefix.
+
+    >>> cfg = parse_url("redis://:secret@127.0.0.1:6380/2?prefix=billing")
+    >>> cfg.where, cfg.db, cfg.prefix
+    ('127.0.0.1:6380', 2, 'billing')
+    >>> "secret" in repr(cfg)
+    False
+    """
+
+    scheme: str
+    host: str | None
+    port: int | None
+    path: str | None
+    db: int = 0
+    username: str | None = attrs.field(default=None, repr=False)
+    password: str | None = attrs.field(default=None, repr=False)
+    prefix: str = "workhive"
+    retry_for: float = 30.0
+    timeout: float = 10.0
+    lease: float = 10.0
+    tls: dict[str, str] = attrs.field(factory=dict)
+
+    @property
+    def where(self) -> str:
+        """``host:port`` or the socket path: what messages name (never a password)."""
+        return self.path if self.path is not None else f"{self.host}:{self.port}"
+
+    @property
+    def display(self) -> str:
+        """The URL without credentials and options: ``redis://host:port/db``."""
+        if self.path is not None:
+            return f"unix://{self.path}?db={self.db}"
+        host = f"[{self.host}]" if self.host and ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}/{self.db}"
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for redis-py's ``ConnectionPool`` (drivers are imported by the caller)."""
+        kwargs: dict[str, Any] = {
+            "db": self.db,
+            "username": self.username,
+            "password": self.password,
+            "socket_timeout": self.timeout,
+            "socket_connect_timeout": self.timeout,
+            "decode_responses": True,
+            "health_check_interval": 0,
+        }
+        if self.path is not None:
+            kwargs["path"] = self.path
+        else:
+            kwargs["host"], kwargs["port"] = self.host, self.port
+            kwargs.update(self.tls)
+        return kwargs
+
+
+def _number(url: str, name: str, value: str, *, minimum: float) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < minimum:
+        raise ConfigError(
+            f"{name}={value!r} in {safe_url(url)!r} must be a number of seconds >= {minimum:g}", url=safe_url(url)
+        )
+    return number
+
+
+def parse_url(url: object) -> RedisConfig:
+    """Parse a Redis URL; ``ConfigError`` says what is malformed (with the password masked).
+
+    >>> parse_url("redis://localhost").where
+    'localhost:6379'
+    >>> parse_url("unix:///run/redis.sock?db=3").db
+    3
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"a Redis URL must be a string, got {type(url).__name__}")
+    shown = safe_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"Redis URL {shown!r} is malformed ({exc}); write redis://host:6379/0", url=shown) from None
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ConfigError(
+            f"{shown!r} is not a Redis URL: write redis://host:6379/0, rediss://host:6380/0 (TLS) or "
+            "unix:///path/to/redis.sock",
+            url=shown,
+        )
+    query = url_query(url)
+    known = _OPTIONS + (_TLS_OPTIONS if scheme == "rediss" else ())
+    unknown = sorted(set(query) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"Redis URL {shown!r} has unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}", url=shown
+        )
+    username = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    db_text = query.get("db")
+    host: str | None
+    path: str | None
+    if scheme == "unix":
+        host, port, path = None, None, unquote(parts.path)
+        if parts.hostname or not path.startswith("/"):
+            raise ConfigError(f"Redis URL {shown!r}: write unix:///absolute/path/to/redis.sock", url=shown)
+    else:
+        host, path = parts.hostname, None
+        if not host:
+            raise ConfigError(f"Redis URL {shown!r} names no host: write redis://host:6379/0", url=shown)
+        port = port or 6379
+        db_path = parts.path.strip("/")
+        if db_path:
+            if db_text is not None:
+                raise ConfigError(f"Redis URL {shown!r} gives the database twice (path and ?db=)", url=shown)
+            db_text = db_path
+    db = 0
+    if db_text is not None:
+        if not db_text.isdigit() or len(db_text) > 6:
+            raise ConfigError(
+                f"Redis URL {shown!r}: the database must be a number such as 0 (redis://host:6379/0), got {db_text!r}",
+                url=shown,
+            )
+        db = int(db_text)
+    prefix = query.get("prefix", "workhive")
+    if _PREFIX.fullmatch(prefix) is None:
+        raise ConfigError(
+            f"prefix={prefix!r} in {shown!r} is not allowed: use 1-100 letters, digits and . _ : - "
+            "(starting with a letter or digit)",
+            url=shown,
+        )
+    tls = {k: query[k] for k in _TLS_OPTIONS if k in query}
+    if "ssl_cert_reqs" in tls and tls["ssl_cert_reqs"] not in ("required", "optional", "none"):
+        raise ConfigError(f"ssl_cert_reqs in {shown!r} must be required, optional or none", url=shown)
+    return RedisConfig(
+        scheme=scheme,
+        host=host,
+        port=port,
+        path=path,
+        db=db,
+        username=username,
+        password=password,
+        prefix=prefix,
+        retry_for=_number(url, "retry_for", query.get("retry_for", "30"), minimum=0),
+        timeout=_number(url, "timeout", query.get("timeout", "10"), minimum=0.001),
+        lease=_number(url, "lease", query.get("lease", "10"), minimum=0.05),
+        tls=tls,
+    )
