@@ -1,0 +1,54 @@
+"""workhive-flatmachines: flatmachines 1.0's distributed worker protocols on any workhive storage.
+
+>>> from workhive_flatmachines import WorkhiveWorkerHooks  # doctest: +SKIP
+>>> hooks = WorkhiveWorkerHooks(storage="sqlite:///data/workers.db")  # doctest: +SKIP
+
+The classes load flatmachines when first used: this package is also a
+workhive plugin (``workhive import flatmachines``), and the CLI imports it at
+start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workhive_flatmachines.connection import HiveHandle
+    from workhive_flatmachines.hooks import WorkhiveWorkerHooks
+    from workhive_flatmachines.importer import ImportReport, import_flatmachines
+    from workhive_flatmachines.registration import WorkhiveRegistrationBackend
+    from workhive_flatmachines.work import WorkhiveWorkBackend, WorkhiveWorkPool
+
+__all__ = [
+    "HiveHandle",
+    "ImportReport",
+    "WorkhiveRegistrationBackend",
+    "WorkhiveWorkBackend",
+    "WorkhiveWorkPool",
+    "WorkhiveWorkerHooks",
+    "import_flatmachines",
+]
+
+_WHERE = {
+    "HiveHandle": "connection",
+    "ImportReport": "importer",
+    "WorkhiveRegistrationBackend": "registration",
+    "WorkhiveWorkBackend": "work",
+    "WorkhiveWorkPool": "work",
+    "WorkhiveWorkerHooks": "hooks",
+    "import_flatmachines": "importer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workhive_flatmachines' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"workhive_flatmachines.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

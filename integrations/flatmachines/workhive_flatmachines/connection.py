@@ -1,0 +1,150 @@
+"""``HiveHandle``: one workhive hive behind the flatmachines adapters, opened and closed on its own.
+
+flatmachines' backends have no ``open`` or ``close``: a machine builds its
+hooks, calls actions, and its process ends. So the handle opens the hive in
+the event loop of the first call, and closes it when that loop shuts down:
+``asyncio.run`` (what ``python -m flatmachines.run`` uses) closes every
+suspended async generator before it closes the loop
+(``loop.shutdown_asyncgens``), and the handle parks one there whose
+``finally`` closes the hive. Without that, SQLite's connection thread would
+keep the interpreter from exiting. A loop that ends without
+``shutdown_asyncgens`` leaves the hive to be reopened by the next loop that
+uses the handle; ``aclose()`` closes it explicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import workhive
+from workhive.errors import StorageUnavailable
+from workhive_flatmachines.keeper import LeaseKeeper
+
+__all__ = ["HiveHandle"]
+
+log = logging.getLogger("workhive_flatmachines")
+
+
+class HiveHandle:
+    """A ``workhive.Hive`` opened lazily in the running loop; closed when that loop shuts down.
+
+    ``storage`` is a workhive storage URL (``options`` go to ``workhive.open``)
+    or a ``Hive`` you own (opened if needed, never closed by the handle).
+
+    >>> handle = HiveHandle("sqlite:///data/workers.db", lease=120)  # doctest: +SKIP
+    >>> hive = await handle.hive()  # doctest: +SKIP
+    """
+
+    def __init__(self, storage: str | workhive.Hive, *, heartbeat_every: float | None = None, **options: Any) -> None:
+        if isinstance(storage, workhive.Hive):
+            if options:
+                raise workhive.InvalidArgument(
+                    f"options {sorted(options)} apply to a storage URL; a Hive passed in keeps its own settings"
+                )
+            self._hive, self._owned = storage, False
+        elif isinstance(storage, str) and storage:
+            # Built now (plugin lookup, URL parsing): a bad URL fails while the machine loads, not mid-job.
+            self._hive, self._owned = workhive.open(storage, **options), True
+        else:
+            raise workhive.ConfigError(
+                f"storage must be a workhive storage URL (e.g. 'sqlite:///data/workers.db') or a Hive, got {storage!r}"
+            )
+        every = self._hive.lease / 3 if heartbeat_every is None else heartbeat_every
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < self._hive.lease:
+            raise workhive.InvalidArgument(
+                f"heartbeat_every must be a number of seconds above 0 and below the lease ({self._hive.lease:g}s), "
+                f"got {heartbeat_every!r}: a lease must be renewed before it runs out"
+            )
+        self.heartbeat_every = float(every)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._closer: AsyncIterator[None] | None = None
+        self._keeper: LeaseKeeper | None = None
+
+    def __repr__(self) -> str:
+        return f"<HiveHandle {self._hive.storage_url or self._hive.storage!r}>"
+
+    @property
+    def lease(self) -> float:
+        """Seconds a claim's lease lasts without a heartbeat."""
+        return self._hive.lease
+
+    @property
+    def max_attempts(self) -> int:
+        return self._hive.max_attempts
+
+    def pool_name_check(self, name: str) -> None:
+        """Refuse a pool name workhive cannot store (``InvalidName``), before any call."""
+        self._hive.pool(name)
+
+    async def hive(self) -> workhive.Hive:
+        """The hive, open in the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            await self._adopt(loop)
+        ready = self._ready
+        assert ready is not None
+        if not ready.done():
+            await asyncio.shield(ready)
+        ready.result()  # re-raises why the open failed
+        return self._hive
+
+    async def keeper(self) -> LeaseKeeper:
+        """The lease keeper of the running loop (background heartbeats for claims held)."""
+        hive = await self.hive()
+        if self._keeper is None:
+            self._keeper = LeaseKeeper(hive, self.heartbeat_every)
+        return self._keeper
+
+    async def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        old = self._loop
+        if old is not None and old.is_running():
+            raise StorageUnavailable(
+                f"{self!r} is in use by an event loop running in another thread; give each thread its own hooks",
+            )
+        self._loop, self._keeper, self._closer = loop, None, None
+        self._ready = ready = loop.create_future()
+        try:
+            if old is not None and self._owned:
+                # That loop ended without shutdown_asyncgens: its hive was never closed.
+                with contextlib.suppress(Exception):
+                    await self._hive.close()
+            await self._hive.open()
+            closer = self._close_at_shutdown()
+            await closer.__anext__()
+            self._closer = closer
+        except BaseException as exc:
+            self._loop = None
+            ready.set_exception(exc)
+            ready.exception()  # retrieved: whoever awaits it re-raises it
+            raise
+        ready.set_result(None)
+
+    async def _close_at_shutdown(self) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            await keeper.stop()
+        if self._owned:
+            try:
+                await self._hive.close()
+            except Exception:  # at loop shutdown there is no caller left to raise to
+                log.warning("closing %r failed", self, exc_info=True)
+
+    async def aclose(self) -> None:
+        """Stop the background heartbeats and close the hive now (for loops you manage yourself)."""
+        closer, self._closer = self._closer, None
+        if closer is not None and self._loop is asyncio.get_running_loop():
+            await closer.aclose()  # type: ignore[attr-defined]
+        else:
+            await self._shutdown()
+        self._loop = None
