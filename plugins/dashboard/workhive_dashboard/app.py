@@ -1,0 +1,231 @@
+"""The dashboard's web application: one HTML page, a JSON API, and two actions.
+
+``GET /`` the page; ``GET /api/overview`` pools, workers, credentials;
+``GET /api/pools/{pool}/dead`` poisoned items; ``GET /api/pools/{pool}/items/{id}``
+one item; ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
+the actions (CSRF-protected, see ``security``). Every error is JSON with a
+message (``{"error": …}``): 400 bad input, 401/403 refused, 404 unknown pool
+or item, 409 an item that is no longer dead, 503 storage unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from workhive.errors import InvalidArgument, NotFound, WorkhiveError
+from workhive.hive import Hive
+from workhive.hive import open as open_hive
+from workhive.models import ItemState
+from workhive.plugin_manager import PluginManager
+from workhive.urls import redact_url
+from workhive_dashboard.security import COOKIE, check_action, check_read
+from workhive_dashboard.settings import DashboardSettings
+from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, require_pool
+
+__all__ = ["create_app"]
+
+_STATIC = ("dashboard.js", "dashboard.css")
+
+
+class HiveHolder:
+    """Opens the hive on first use and again after a failure, so a dashboard started before its
+    storage is reachable shows why, and recovers by itself once it is."""
+
+    def __init__(self, settings: DashboardSettings, manager: PluginManager | None) -> None:
+        self._settings = settings
+        self._manager = manager
+        self._hive: Hive | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Hive:
+        async with self._lock:
+            if self._hive is None:
+                hive = open_hive(self._settings.storage, locks=self._settings.locks, manager=self._manager)
+                await hive.open()
+                self._hive = hive
+            return self._hive
+
+    async def drop(self) -> None:
+        async with self._lock:
+            hive, self._hive = self._hive, None
+        if hive is not None:
+            with contextlib.suppress(Exception):
+                await hive.close()
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(settings: DashboardSettings, *, manager: PluginManager | None = None) -> Starlette:
+    """The ASGI app for ``settings`` (serve it with uvicorn, or test it with Starlette's TestClient).
+
+    >>> app = create_app(DashboardSettings(storage="memory://demo"))  # doctest: +SKIP
+    """
+    holder = HiveHolder(settings, manager)
+    rates = RateTracker()
+    shown_url = redact_url(settings.storage)
+    page = resources.files("workhive_dashboard").joinpath("static/index.html").read_text()
+    static = {name: resources.files("workhive_dashboard").joinpath(f"static/{name}").read_bytes() for name in _STATIC}
+
+    def scrub(text: str) -> str:
+        # A driver's message may quote the URL it was given, password and all.
+        return text.replace(settings.storage, shown_url) if settings.storage in text else text
+
+    async def with_hive(request: Request, work: Callable[[Hive], Awaitable[Any]]) -> Response:
+        refused = check_read(request, settings)
+        if refused is not None:
+            return _error(401 if settings.token is not None else 403, refused)
+        try:
+            hive = await holder.get()
+        except Exception as exc:
+            return _error(503, scrub(f"cannot reach storage {shown_url}: {type(exc).__name__}: {exc}"))
+        try:
+            result = await work(hive)
+            return result if isinstance(result, Response) else JSONResponse(result)
+        except NotFound as exc:
+            return _error(404, scrub(str(exc)))
+        except InvalidArgument as exc:
+            return _error(400, scrub(str(exc)))
+        except WorkhiveError as exc:
+            await holder.drop()  # reopen next time: the connection may be what broke
+            return _error(503, scrub(f"storage {shown_url} failed: {type(exc).__name__}: {exc}"))
+        except (OSError, ConnectionError) as exc:
+            await holder.drop()
+            return _error(503, scrub(f"storage {shown_url} failed: {type(exc).__name__}: {exc}"))
+
+    async def index(request: Request) -> Response:
+        token = request.query_params.get("token")
+        if token is not None and settings.token is not None:
+            # Trade the token in the URL for a cookie, and take it out of the address bar and history.
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
+            return response
+        refused = check_read(request, settings)
+        if refused is not None:
+            return HTMLResponse(f"<!doctype html><title>workhive</title><p>{html.escape(refused)}</p>", 401)
+        body = (
+            page.replace("{{csrf}}", html.escape(settings.csrf))
+            .replace("{{storage}}", html.escape(shown_url))
+            .replace("{{refresh_ms}}", str(int(settings.refresh * 1000)))
+        )
+        return HTMLResponse(body, headers={"cache-control": "no-store"})
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in static:
+            return _error(404, f"no file {name!r} here")
+        kind = "text/javascript" if name.endswith(".js") else "text/css"
+        return Response(static[name], media_type=kind, headers={"cache-control": "no-cache"})
+
+    async def api_overview(request: Request) -> Response:
+        async def work(hive: Hive) -> Any:
+            return {"storage": shown_url, **(await overview(hive, rates))}
+
+        return await with_hive(request, work)
+
+    def _count(request: Request, name: str, default: int, maximum: int) -> int:
+        raw = request.query_params.get(name, str(default))
+        if not raw.isdigit() or int(raw) > maximum:
+            raise InvalidArgument(f"{name} must be a whole number from 0 to {maximum}, got {raw!r}")
+        return int(raw)
+
+    async def api_dead(request: Request) -> Response:
+        pool = request.path_params["pool"]
+
+        async def work(hive: Hive) -> Any:
+            limit = max(1, _count(request, "limit", 50, 1000))
+            return await dead_items(hive, pool, limit, _count(request, "offset", 0, 10**9))
+
+        return await with_hive(request, work)
+
+    async def api_item(request: Request) -> Response:
+        pool, item_id = request.path_params["pool"], request.path_params["item_id"]
+        return await with_hive(request, lambda hive: item_detail(hive, pool, item_id))
+
+    async def _body(request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise InvalidArgument("the request body must be a JSON object") from None
+        if not isinstance(body, dict):
+            raise InvalidArgument("the request body must be a JSON object")
+        return body
+
+    async def act(request: Request, work: Callable[[Hive], Awaitable[Any]]) -> Response:
+        refused = check_action(request, settings)
+        if refused is not None:
+            return _error(403, refused)
+        return await with_hive(request, work)
+
+    async def api_requeue(request: Request) -> Response:
+        pool = request.path_params["pool"]
+
+        async def work(hive: Hive) -> Any:
+            body = await _body(request)
+            ids = body.get("ids")
+            if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+                raise InvalidArgument('requeue takes {"ids": ["<item id>", …]} with at least one id')
+            await require_pool(hive, pool)
+            handle = hive.pool(pool)
+            not_dead = []
+            for item_id in ids:
+                item = await handle.get(item_id)  # ItemNotFound → 404
+                if item.state is not ItemState.POISONED:
+                    not_dead.append(f"{item_id} is {item.state.value}")
+            if not_dead:
+                return _Conflict(f"nothing requeued: only poisoned items can be requeued ({'; '.join(not_dead)})")
+            return {"requeued": await handle.requeue(ids)}
+
+        return await act(request, work)
+
+    async def api_purge(request: Request) -> Response:
+        pool = request.path_params["pool"]
+
+        async def work(hive: Hive) -> Any:
+            body = await _body(request)
+            older = body.get("older_than")
+            if isinstance(older, bool) or not isinstance(older, (int, float)) or not 0 <= older < 10**10:
+                raise InvalidArgument('purge takes {"older_than": SECONDS} (a number, 0 or more)')
+            await require_pool(hive, pool)
+            return {"purged": await hive.pool(pool).purge(float(older))}
+
+        return await act(request, work)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await holder.drop()
+
+    routes = [
+        Route("/", index),
+        Route("/static/{name:str}", asset),
+        Route("/api/overview", api_overview),
+        Route("/api/pools/{pool:str}/dead", api_dead),
+        Route("/api/pools/{pool:str}/items/{item_id:str}", api_item),
+        Route("/api/pools/{pool:str}/requeue", api_requeue, methods=["POST"]),
+        Route("/api/pools/{pool:str}/purge", api_purge, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.settings = settings
+    return app
+
+
+class _Conflict(JSONResponse):
+    """A 409 answer produced inside an action (the item moved on: nothing was changed)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__({"error": message}, status_code=409)
