@@ -4,7 +4,10 @@
 
 Uncontended: one process takes and releases one lock name in a loop
 (acquire + release per second). Contended: N processes hammer one name for
-the same duration (total acquisitions per second across them). py-filelock
+the same duration (total acquisitions per second across them), each taking
+the lock again as soon as it released it; the spread (most acquisitions of one
+process over the fewest) shows whether a waiter starves behind such a
+neighbour (1.0x is perfectly even). py-filelock
 is the baseline (``pip install filelock``; bench only); bare ``flock`` —
 open, lock, unlock, close — shows the floor the system call sets.
 """
@@ -125,6 +128,11 @@ def contended(kind: str, directory: str, processes: int, seconds: float) -> tupl
     return sum(counts) / seconds, sorted(counts)
 
 
+def spread(counts: list[int]) -> float:
+    """Fairness of a contended run: most acquisitions of one process over the fewest (1.0 = even)."""
+    return max(counts) / max(min(counts), 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=2.0, help="duration of each measurement")
@@ -143,10 +151,13 @@ def main() -> None:
         print(f"contended: {args.processes} processes on one name, {args.seconds:g}s")
         theirs_c, theirs_counts = contended("filelock", directory, args.processes, args.seconds)
         ours_c, ours_counts = contended("workhive", os.path.join(directory, "workhive"), args.processes, args.seconds)
-        print(f"  py-filelock:         {theirs_c:>10,.0f}/s total (per process {theirs_counts})")
         print(
-            f"  workhive fcntl:      {ours_c:>10,.0f}/s total (per process {ours_counts}) "
-            f"= {ours_c / theirs_c:.1f}x filelock"
+            f"  py-filelock:         {theirs_c:>10,.0f}/s total = 1.0x filelock, "
+            f"spread {spread(theirs_counts):.2f}x (per process {theirs_counts})"
+        )
+        print(
+            f"  workhive fcntl:      {ours_c:>10,.0f}/s total = {ours_c / theirs_c:.1f}x filelock, "
+            f"spread {spread(ours_counts):.2f}x (per process {ours_counts})"
         )
 
 

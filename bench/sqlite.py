@@ -9,8 +9,9 @@ to the baseline measured here too:
 * raw sqlite3: the same claim + complete per item (one ``UPDATE … RETURNING``
   to claim, one ``UPDATE`` to complete, autocommit), same pragmas (WAL,
   synchronous=NORMAL), one process, no asyncio: what SQLite itself can do.
-* workhive per item, 1 and 4 processes (total items/s across processes),
-  through the public ``Pool`` API.
+* workhive per item, 1, 4 and 16 processes (total items/s across processes),
+  through the public ``Pool`` API: ``pool.claim`` then ``pool.complete``, the
+  unfused loop most users write.
 * the same with ``complete_and_claim``: each item still claimed with its own
   lease and token, but its completion and the next claim share one
   transaction (one commit per item instead of two). For reference, raw
@@ -159,10 +160,10 @@ def workhive_processes(url: str, n_procs: int, fused: bool = False) -> tuple[int
     for p in procs:
         p.start()
     for _ in procs:
-        ready.get(timeout=60)
+        ready.get(timeout=300)
     started = time.time()
     go.set()
-    results = [out.get(timeout=120) for _ in procs]
+    results = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=30)
     total = sum(r[0] for r in results)
@@ -286,6 +287,11 @@ def main() -> None:
         done, elapsed = workhive_processes(url, 4)
         four = done / elapsed
 
+        url = f"sqlite:///{tmp}/sixteen.db"
+        asyncio.run(fill(url, n_four))
+        done, elapsed = workhive_processes(url, 16)
+        sixteen = done / elapsed
+
         url = f"sqlite:///{tmp}/one-fused.db"
         asyncio.run(fill(url, n_one))
         started = time.perf_counter()
@@ -314,6 +320,7 @@ def main() -> None:
         )
         print(f"workhive 1 proc per-item: {one:,.0f} items/s = {one / raw:.2f}x raw sqlite3")
         print(f"workhive 4 procs per-item: {four:,.0f} items/s = {four / raw:.2f}x raw sqlite3")
+        print(f"workhive 16 procs per-item: {sixteen:,.0f} items/s = {sixteen / raw:.2f}x raw sqlite3")
         fm_rate_or_none = None if isinstance(fm, str) else fm[0] / fm[1]
         for label, rate in (("1 proc", one_fused), ("4 procs", four_fused)):
             versus_fm = "n/a" if fm_rate_or_none is None else f"{rate / fm_rate_or_none:.1f}x"

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.procs import env_with_path, wait_for_lines
+
 HERE = Path(__file__).resolve().parent
 STAMP_FILE = os.environ.get("BENCH_STAMP_FILE")
 HUEY_DB = os.environ.get("BENCH_HUEY_DB")
@@ -63,31 +65,13 @@ if HUEY_DB:  # the huey side, imported by huey_consumer as ``worker.huey``
             f.write(f"{i} {time.time()}\n")
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
-    env.update(extra)
-    return env
-
-
-def _wait_for_line(path: Path, count: int, timeout: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            lines = path.read_text().splitlines()
-            if len(lines) >= count:
-                return lines
-        time.sleep(0.001)
-    raise TimeoutError(f"no handler start recorded in {path} after {timeout}s")
-
-
 def _latencies(push_one, stamp_file: Path, samples: int) -> list[float]:
     out = []
     for i in range(samples):
         time.sleep(0.1)  # let the worker go idle again
         t0 = time.time()
         push_one(i)
-        line = _wait_for_line(stamp_file, i + 1)[i]
+        line = wait_for_lines(stamp_file, i + 1)[i]
         out.append(float(line.split()[1]) - t0)
     return out
 
@@ -123,7 +107,7 @@ def bench_workhive(tmp: Path, jobs: int, samples: int) -> tuple[float, list[floa
         f"run_fleet(FleetOptions(pool='latency', handler='worker:stamp', storage={url!r}, processes=2, "
         "progress='none'))\n"
     )
-    fleet = subprocess.Popen([sys.executable, "-c", script], env=_env(BENCH_STAMP_FILE=str(stamp_file)))
+    fleet = subprocess.Popen([sys.executable, "-c", script], env=env_with_path(HERE, BENCH_STAMP_FILE=str(stamp_file)))
 
     async def push_one_async(hive: Any, i: int) -> None:
         await hive.pool("latency").push({"i": i})
@@ -150,7 +134,7 @@ def bench_huey(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]] 
         return None
     db = tmp / "huey.db"
     stamp_file = tmp / "huey-stamps.txt"
-    env = _env(BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
+    env = env_with_path(HERE, BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
     os.environ.update(BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
     global HUEY_DB, STAMP_FILE
     HUEY_DB, STAMP_FILE = str(db), str(stamp_file)

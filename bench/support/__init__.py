@@ -1,0 +1,1 @@
+"""Helpers the bench scripts share (not a bench: ``make bench`` runs only ``bench/*.py``)."""
