@@ -1,7 +1,7 @@
 """Benchmark: flatmachines' own SQLite work backend against workhive-flatmachines on workhive-sqlite.
 
-    python bench/flatmachines.py            # 8 processes, 4,000 items each way
-    python bench/flatmachines.py --quick    # 4 processes, 400 items: a smoke check
+    python bench/flatmachines_dropin.py            # 8 processes, 4,000 items each way
+    python bench/flatmachines_dropin.py --quick    # 4 processes, 400 items: a smoke check
 
 Both sides run the same loop through flatmachines 1.0.0's ``WorkPool``
 protocol — ``claim(worker_id)`` then ``complete(item.id, result)`` until
@@ -25,17 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
-import os
 import sqlite3
 import sys
 import tempfile
 import time
 from typing import Any
-
-# This script is called flatmachines.py: drop its own directory from the path so
-# that `import flatmachines` finds the package, not this file.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 RESULT = {"ok": True}
 
