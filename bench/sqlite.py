@@ -191,21 +191,25 @@ async def breakdown(url: str, n: int) -> None:
 
     in_sql = [0.0]
     to_thread = [0]
-    run_locked = ops.Operations._locked
+    originals = {name: getattr(ops.Operations, name) for name in ("claim", "complete")}
     call = backend.SqliteStorage._call
 
-    def timed(self: Any, body: Any, *args: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return run_locked(self, body, *args)
-        finally:
-            in_sql[0] += time.perf_counter() - started
+    def timing(op: Any) -> Any:
+        def timed(self: Any, *args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return op(self, *args)
+            finally:
+                in_sql[0] += time.perf_counter() - started
+
+        return timed
 
     async def counted(self: Any, fn: Any, *args: Any) -> Any:
         to_thread[0] += 1
         return await call(self, fn, *args)
 
-    ops.Operations._locked = timed  # type: ignore[method-assign]
+    for name, op in originals.items():
+        setattr(ops.Operations, name, timing(op))
     backend.SqliteStorage._call = counted  # type: ignore[method-assign]
     try:
         async with workhive.open(url) as hive:
@@ -219,7 +223,8 @@ async def breakdown(url: str, n: int) -> None:
                 await pool.complete(item, RESULT)
             total = time.perf_counter() - started
     finally:
-        ops.Operations._locked = run_locked  # type: ignore[method-assign]
+        for name, op in originals.items():
+            setattr(ops.Operations, name, op)
         backend.SqliteStorage._call = call  # type: ignore[method-assign]
     per = 1e6 / n
     print(

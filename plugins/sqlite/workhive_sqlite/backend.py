@@ -13,9 +13,9 @@ Concurrency model
 * The threaded connection, owned by aiosqlite's thread, takes what the fast
   path handed over, what scans or writes a lot (``INLINE_MAX``, stats,
   purge, listings), and the WAL checkpoints (``_checkpoint``). There a locked
-  database is waited for, in short steps, up to ``busy_timeout``
-  (``Operations._locked``), then retried with backoff a bounded number of
-  times before ``StorageUnavailable``. One operation is one round trip.
+  database is waited for by SQLite's own busy handler, up to ``busy_timeout``,
+  then retried with backoff a bounded number of times before
+  ``StorageUnavailable``. One operation is one round trip.
 * Processes share the file in WAL mode. Writers serialise on SQLite's write
   lock, which every write takes before reading, so a claim is atomic across
   processes. Readers never block writers.
@@ -156,7 +156,9 @@ class SqliteStorage:
         cfg = self.config
         connecting = aiosqlite.connect(
             self._target(),
-            timeout=0,  # busy waits happen in Operations._begin (see there) and _retry_busy
+            # SQLite waits for another process's write lock (ops.py says why its own busy
+            # handler); past the timeout, _retry_busy takes over.
+            timeout=cfg.busy_timeout_ms / 1000,
             isolation_level=None,  # autocommit: transactions are explicit BEGIN IMMEDIATE … COMMIT
             check_same_thread=False,
             cached_statements=256,
@@ -188,7 +190,7 @@ class SqliteStorage:
             )
         self._conn, self._execute = conn, execute
         # `_conn` is aiosqlite's raw sqlite3 connection, used only on its thread.
-        self._ops = Operations(conn._conn, self._clock, cfg.busy_timeout_ms / 1000)
+        self._ops = Operations(conn._conn, self._clock)
         try:
             await self._call(self._setup)
             self._open_fast()
@@ -219,7 +221,7 @@ class SqliteStorage:
         except BaseException:
             conn.close()
             raise
-        self._fast = Operations(conn, self._clock, 0.0)
+        self._fast = Operations(conn, self._clock)
         self._loop_thread = threading.get_ident()
 
     def _target(self) -> str:
