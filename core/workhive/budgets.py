@@ -31,7 +31,11 @@ reserved under the current version sets a new base, the rate at that moment
 times ``DECREASE`` (multiplicative decrease), or times the share of recent
 calls that went through when lower (a ramp that overshot lands near the real
 limit in one step), and bumps the version; the 429s of calls reserved
-before it are already answered by it. Because the rate is a function of the
+before it are already answered by it, and so are those of calls that went
+within ``DECREASE_HOLD`` seconds after it: they went into the provider's
+bucket the overshoot had emptied, and say nothing about the new rate
+(counting them cut a rate twice in half a second, measured in
+bench/ratelimit, and growing back from the second cut took ~10 s). Because the rate is a function of the
 shared base and the clock, every process follows the same rate without
 publishing increases, and a restart resumes from it; ``workhive status``
 shows its base. Growth is credited only while calls wait for budget (the
@@ -84,12 +88,14 @@ BUDGET_NAMESPACE = "workhive-budgets"
 #: how long a learned rate is kept without being touched (seconds)
 RATE_TTL = 30 * 86400.0
 #: a 429 multiplies the effective rate by this (multiplicative decrease) ...
-DECREASE = 0.8
+DECREASE = 0.9
 #: ... and the first one, which ends the ramp (it overshoots by the time the first 429 comes back), by this
 FIRST_DECREASE = 0.4
 #: ... or, when many recent calls were refused (a ramp that overshot), by the share that went
 #: through times this margin: the rate the key really took, a little under it
 SUCCESS_MARGIN = 0.8
+#: a 429 on a call that went within this many seconds after a decrease is answered by it
+DECREASE_HOLD = 1.0
 #: never below this factor in one decrease
 MIN_DECREASE = 0.1
 #: the share of calls that went through is counted over this many seconds, per key and process,
@@ -304,7 +310,7 @@ class KeyRate:
 
     >>> rate = KeyRate(base=2.0, since=100.0, ramping=False)
     >>> rate.value(110.0, ceiling=1000.0)
-    2.4
+    2.8
     """
 
     base: float
@@ -339,12 +345,16 @@ class KeyRate:
 
 @attrs.frozen
 class Reservation:
-    """Budget reserved for one call: the key, when the call may go, what was taken, and under which rate."""
+    """Budget reserved for one call: the key, when the call may go, what was taken, and under which rate.
+
+    ``at`` is when it was reserved (seconds since the epoch): the call goes at ``at + wait``.
+    """
 
     credential: Credential
     wait: float
     tokens: float
     version: int
+    at: float = 0.0
 
 
 @attrs.define
@@ -469,7 +479,16 @@ class FleetBudgets:
             return None, wait - ahead
         state = states[index]
         version = 0 if state.rate is None else state.rate.version
-        return Reservation(state.credential, wait, float(tokens), version), wait
+        return Reservation(state.credential, wait, float(tokens), version, now), wait
+
+    def superseded(self, reservation: Reservation) -> bool:
+        """Whether a decrease of the key's rate came after ``reservation`` (it was made at the old rate).
+
+        A worker still waiting for its slot then gives the reservation up and
+        reserves again: its slot was spaced for the rate that was just refused.
+        """
+        rate = self._state(reservation.credential).rate
+        return rate is not None and rate.version > reservation.version
 
     async def report_usage(self, reservation: Reservation, tokens: float) -> None:
         """Correct the token budget by what the call really used (``tokens`` − the estimate)."""
@@ -497,10 +516,17 @@ class FleetBudgets:
         rate = state.rate
         if reservation.version < rate.version:
             return  # already answered by a decrease after this call was reserved
+        if rate.version > 0 and reservation.at + reservation.wait < rate.since + DECREASE_HOLD:
+            return  # went while the provider's bucket was still empty from the overshoot just answered
         now = self._clock()
-        factor = max(
-            MIN_DECREASE, min(FIRST_DECREASE if rate.ramping else DECREASE, state.success_share(now) * SUCCESS_MARGIN)
-        )
+        # A ramp overshoots by the time its first 429 comes back: land under the share that went
+        # through. After it, a 429 means the rate crept just over the limit; the cooldown it brings
+        # lets the provider's bucket refill, and a deep cut would leave that refill unused.
+        if rate.ramping:
+            factor = min(FIRST_DECREASE, state.success_share(now) * SUCCESS_MARGIN)
+        else:
+            factor = min(DECREASE, state.success_share(now))
+        factor = max(MIN_DECREASE, factor)
         current = state.rps(now) or rate.base
         # Calls made at the old rate say nothing about the new one: growth and outcomes start over.
         state.reset(KeyRate(current * factor, now, rate.version + 1, False, rate.fp), now)

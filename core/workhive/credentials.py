@@ -693,6 +693,18 @@ class CredentialPool:
                 wait = self.refresh_interval if wait is None else min(wait, max(self.refresh_interval, 0.01))
             await self._wait(wait)
 
+    def usable(self, credential: Credential) -> bool:
+        """Whether ``credential`` may be called now, as this process knows: not cooling, parked or disabled.
+
+        A worker that reserved rate budget and slept until its slot asks this
+        before the call: a 429 meanwhile cooled the key, and calling into the
+        cooldown only earns another 429.
+
+        >>> pool.usable(credential)  # doctest: +SKIP
+        True
+        """
+        return self._entry(credential).effective(self._clock()) == _AVAILABLE
+
     def _next_free(self, now: float) -> tuple[float | None, bool]:
         """Earliest time a cooling/parked credential is usable, and whether any is merely busy."""
         untils = [

@@ -16,6 +16,7 @@ from fake_shared_state import DictStateBackend, FakeClock
 import workhive
 from workhive.budgets import (
     DECREASE,
+    DECREASE_HOLD,
     FIRST_DECREASE,
     GROWTH,
     LEARN_START_RPS,
@@ -261,9 +262,17 @@ async def test_a_429_lowers_the_rate_once_per_rate_version(store: DictBudgets, c
     assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE)
     await budgets.rate_limited(r2)  # reserved before the decrease: already answered
     assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE)
+    assert budgets.superseded(r1) and budgets.superseded(r2), "reserved at the rate just refused"
+    clock.advance(DECREASE_HOLD / 2)
     r3, _ = await budgets.reserve([a], tokens=0, max_wait=60)
-    assert r3 is not None
+    assert r3 is not None and not budgets.superseded(r3)
+    assert r3.wait == pytest.approx(0.0)  # it goes within DECREASE_HOLD of the decrease: the bucket was refilling
     await budgets.rate_limited(r3)
+    assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE), "answered by the decrease"
+    clock.advance(DECREASE_HOLD)
+    r4, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert r4 is not None
+    await budgets.rate_limited(r4)
     assert budgets.rates()["A"] == pytest.approx(LEARN_START_RPS * FIRST_DECREASE * DECREASE)
     stored = KeyRate.from_json(await shared.get("A"))
     assert stored is not None and stored.version == 2 and not stored.ramping

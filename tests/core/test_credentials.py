@@ -201,6 +201,24 @@ async def test_rate_limited_cools_for_retry_after_and_the_others_go_on() -> None
 
 
 @pytest.mark.asyncio
+async def test_usable_says_whether_a_key_handed_out_earlier_may_still_be_called() -> None:
+    clock = FakeClock()
+    pool = make_pool(clock, "A", "B")
+    held = await pool.acquire(timeout=0)
+    assert held.name == "A" and pool.usable(held)
+    await use(pool, Outcome.OK)  # B
+    await pool.report(held, Outcome.RATE_LIMITED, retry_after=3.0)  # another call's 429 on A
+    assert not pool.usable(held), "cooling: a worker that held it must not call into the cooldown"
+    clock.advance(3.0)
+    assert pool.usable(held)
+    await pool.report(held, Outcome.AUTH_FAILED, reason="revoked")
+    assert not pool.usable(held)
+    pool.release(held)
+    with pytest.raises(InvalidArgument, match="not one of this pool's"):
+        pool.usable(Credential("Z", "sk-z-value"))
+
+
+@pytest.mark.asyncio
 async def test_rate_limited_without_retry_after_uses_a_default_that_grows_until_success() -> None:
     clock = FakeClock()
     pool = make_pool(clock, "A", default_cooldown=10.0, max_cooldown=35.0)

@@ -149,3 +149,21 @@ async def test_a_429_lowers_the_learned_rate_in_storage_and_status_shows_it() ->
         shown = await learned_rates(hive)
         assert shown[name]["decreases"] == 1 and shown[name]["rpm"] >= LEARN_START_RPS * FIRST_DECREASE * 60
         assert "sk-budget" not in str(shown)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_that_slept_until_its_slot_does_not_call_into_a_429s_cooldown() -> None:
+    import budget_handlers
+
+    budget_handlers.CALLS.clear()
+    budget_handlers.REFUSED.clear()
+    async with workhive.open("memory://") as hive:
+        await hive.pool("jobs").push_many([1, 2, 3, 4])
+        # 1 call/s: the first call goes at once, the next workers reserve slots a second apart
+        # and sleep until them; the first call's 429 comes back 0.9 s in and cools the key for 2 s.
+        opts = options("budget_handlers:first_call_refused_late", "env:BUDGET_TEST_KEY_1?rpm=60", concurrency=3)
+        tally = await run(hive, opts)
+    assert tally.done == 4 and sum(tally.rate_limited.values()) == 1
+    [refused] = budget_handlers.REFUSED
+    inside = [t - refused for t in budget_handlers.CALLS if refused < t < refused + 2.0]
+    assert not inside, f"calls went {inside} s into the 2 s cooldown"

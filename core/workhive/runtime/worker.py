@@ -281,11 +281,17 @@ class Worker:
             reservation = found
             return candidates.index(found.credential), 0.0
 
-        credential = await rt.credentials.acquire(timeout=rt.credential_timeout, choose=choose)
-        if reservation.wait > 0:
+        while True:
+            credential = await rt.credentials.acquire(timeout=rt.credential_timeout, choose=choose)
+            if reservation.wait <= 0:
+                return credential, reservation
             rt.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), getattr(credential, "name", "-"))
             await rt.sleep(reservation.wait)
-        return credential, reservation
+            if rt.stopping or (rt.credentials.usable(credential) and not rt.budgets.superseded(reservation)):
+                return credential, reservation
+            # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
+            # spaced for a rate the provider just refused. Choose again rather than call into it.
+            rt.credentials.release(credential)
 
     async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
