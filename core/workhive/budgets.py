@@ -35,12 +35,25 @@ before it are already answered by it, and so are those of calls that went
 within ``DECREASE_HOLD`` seconds after it: they went into the provider's
 bucket the overshoot had emptied, and say nothing about the new rate
 (counting them cut a rate twice in half a second, measured in
-bench/ratelimit, and growing back from the second cut took ~10 s). Because the rate is a function of the
-shared base and the clock, every process follows the same rate without
-publishing increases, and a restart resumes from it; ``workhive status``
-shows its base. Growth is credited only while calls wait for budget (the
-budget, not the workload, sets the pace): a key that is idle or not used to
-its rate does not bank rate it never tried.
+bench/ratelimit, and growing back from the second cut took ~10 s). After a
+ramp, a 429 means the rate crept over the limit: the cut is by ``DECREASE``
+or, when lower, to the rate the key really took since the last decrease —
+the share of calls that went through (no margin: the cooldown each 429
+brings lets the provider's bucket refill, and a deeper cut would leave that
+refill unused) times the share of the time calls went at all (the key cooled
+the rest, ``KeyRate.pause``; over the limit, the bucket's refill during each
+cooldown hides the excess, and a rate half again over it went on bursting
+and cooling every two seconds, measured). Every process
+reads the stored base and follows it, and a restart resumes from it;
+``workhive status`` shows it. Growth is credited only while calls wait for
+budget (the budget, not the workload, sets the pace): a key that is idle or
+not used to its rate does not bank rate it never tried. While ramping, each
+process shares how far its ramp got (beside the base, under
+``NAME~ramp``, so it can never overwrite a decrease) and takes up a faster
+one's: every process's reservations space the key's shared schedule, so a
+process that started later would otherwise hold the whole fleet to its
+slower ramp (measured: a fleet of 3 ran at ~6 calls/s for its first two
+seconds while its first process was at 10-15).
 A known limit is the ceiling: a 429 under it lowers the effective rate too,
 and it recovers to it.
 
@@ -96,6 +109,8 @@ FIRST_DECREASE = 0.4
 SUCCESS_MARGIN = 0.8
 #: a 429 on a call that went within this many seconds after a decrease is answered by it
 DECREASE_HOLD = 1.0
+#: the share of a cycle counted as cooled is at most 1 - this (one 429's Retry-After may outlast a short cycle)
+MIN_GOING = 0.5
 #: never below this factor in one decrease
 MIN_DECREASE = 0.1
 #: the share of calls that went through is counted over this many seconds, per key and process,
@@ -118,6 +133,11 @@ TOKEN_BURST_SECONDS = 1.0
 RESERVE_AHEAD = 0.25
 #: how often a process re-reads the fleet's learned rates, at most
 REFRESH_SECONDS = 0.2
+#: while ramping, each process shares how far its ramp got under the key's name plus this suffix
+#: (never under the name itself: a ramp must not overwrite a decrease another process stored)
+RAMP_SUFFIX = "~ramp"
+#: ... kept this long (seconds): a ramp is worth resuming only soon after
+RAMP_TTL = 60.0
 
 _FIELDS = ("rpm", "tpm", "tpd")
 _SECONDS = {"rpm": 60.0, "tpm": 60.0, "tpd": 86400.0}
@@ -306,7 +326,9 @@ class KeyRate:
     ``version`` rises with every decrease, so a 429 on a call reserved under an
     older rate (already answered by a decrease) does not decrease it again.
     ``ramping`` is True until the first decrease. ``fp`` tells keys under one
-    name apart (a fingerprint, never the key).
+    name apart (a fingerprint, never the key). ``pause`` is how long the key
+    cooled after the 429 that set this rate (its Retry-After): no call went
+    then, which the next decrease counts.
 
     >>> rate = KeyRate(base=2.0, since=100.0, ramping=False)
     >>> rate.value(110.0, ceiling=1000.0)
@@ -318,6 +340,7 @@ class KeyRate:
     version: int = 0
     ramping: bool = True
     fp: str = ""
+    pause: float = 0.0
 
     def value(self, now: float, ceiling: float) -> float:
         elapsed = max(0.0, now - self.since)
@@ -340,7 +363,17 @@ class KeyRate:
             return None
         if base <= 0 or isinstance(version, bool) or not isinstance(version, int):  # type: ignore[operator]
             return None
-        return cls(float(base), float(since), version, bool(value.get("ramping", False)), str(value.get("fp", "")))  # type: ignore[arg-type]
+        pause = value.get("pause", 0.0)
+        if isinstance(pause, bool) or not isinstance(pause, (int, float)) or not 0 <= pause < math.inf:
+            pause = 0.0  # absent (an older workhive) or garbage: as if the key never paused
+        return cls(
+            float(base),  # type: ignore[arg-type]
+            float(since),  # type: ignore[arg-type]
+            version,
+            bool(value.get("ramping", False)),
+            str(value.get("fp", "")),
+            float(pause),
+        )
 
 
 @attrs.frozen
@@ -364,6 +397,7 @@ class _KeyState:
     rate: KeyRate | None
     grown: float = 0.0  # seconds of growth credited to the rate since it was set (only while the budget paced calls)
     ticked: float = -math.inf  # when growth was last credited
+    shared_at: float = -math.inf  # when this process last shared how far its ramp got
     outcomes: collections.deque[tuple[float, bool]] = attrs.field(factory=collections.deque)
 
     def outcome(self, now: float, *, ok: bool) -> None:
@@ -430,6 +464,12 @@ class FleetBudgets:
                 rate = KeyRate(LEARN_START_RPS, now, fp=fp)
             self._keys[credential.name] = _KeyState(credential, budget, rate)
         self._refreshed_at = -math.inf
+        # (when, key names, tokens, reach): none of these keys could take a call of this many tokens
+        # reserved within ``reach`` seconds before ``when``. The workers of a process waiting for
+        # budget all wake for the same slot; one takes it, the next learns when the one after is,
+        # and the rest are told that without a storage call each (the choice is serialised per
+        # process, so without this a slot cost one storage round trip per waiting worker).
+        self._none_before: tuple[float, frozenset[str], float, float] | None = None
 
     @property
     def active(self) -> bool:
@@ -472,11 +512,19 @@ class FleetBudgets:
         for state in states:
             state.budget.check_tokens(state.credential.name, tokens)
         now = self._clock()
-        choices = [s.budget.takes(self._key(s), tokens=tokens, rps=s.rps(now)) for s in states]
         ahead = min(max_wait, self.reserve_ahead)
+        names = frozenset(s.credential.name for s in states)
+        hint = self._none_before
+        if hint is not None:
+            when, known, least, reach = hint
+            if now < when and names <= known and tokens >= least and ahead <= reach:
+                return None, when - now
+        choices = [s.budget.takes(self._key(s), tokens=tokens, rps=s.rps(now)) for s in states]
         index, wait = await self._storage.take_budget(choices, ahead)
         if wait > ahead:
+            self._none_before = (now + wait - ahead, names, float(tokens), ahead)
             return None, wait - ahead
+        self._none_before = None  # a slot was taken: the next asker finds out when the one after it is
         state = states[index]
         version = 0 if state.rate is None else state.rate.version
         return Reservation(state.credential, wait, float(tokens), version, now), wait
@@ -500,13 +548,18 @@ class FleetBudgets:
             await self._storage.take_budget([takes], math.inf)
 
     # -- learning ----------------------------------------------------------------
-    async def rate_limited(self, reservation: Reservation) -> None:
+    async def rate_limited(self, reservation: Reservation, retry_after: float | None = None) -> None:
         """A 429 on a reserved call: lower the key's rate fleet-wide (once per rate version).
 
-        The new rate is the current one times ``DECREASE``, or times the share
-        of this process's recent calls on the key that went through (less a
-        margin) when that is lower: after a ramp overshoots, one decrease lands
-        near the key's real limit instead of halving again and again.
+        The new rate is the current one times ``DECREASE``, or, when lower, the
+        rate the key really took: times the share of this process's recent
+        calls on the key that went through (less a margin after a ramp, which
+        overshoots: one decrease lands near the key's real limit instead of
+        halving again and again), and times the share of the time since the
+        last decrease in which calls went at all (the key cooled for the
+        ``retry_after`` of that 429; a provider's bucket refills meanwhile and
+        hides the excess, so a rate half again over the limit would otherwise
+        go on bursting and cooling). ``retry_after`` is this 429's.
         """
         state = self._state(reservation.credential)
         if state.rate is None:
@@ -525,11 +578,16 @@ class FleetBudgets:
         if rate.ramping:
             factor = min(FIRST_DECREASE, state.success_share(now) * SUCCESS_MARGIN)
         else:
-            factor = min(DECREASE, state.success_share(now))
+            cycle = now - rate.since
+            going = 1.0 - min(rate.pause, cycle) / cycle if cycle > 0 else 1.0
+            factor = min(DECREASE, state.success_share(now) * max(going, MIN_GOING))
         factor = max(MIN_DECREASE, factor)
         current = state.rps(now) or rate.base
+        pause = 0.0
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+            pause = float(retry_after)
         # Calls made at the old rate say nothing about the new one: growth and outcomes start over.
-        state.reset(KeyRate(current * factor, now, rate.version + 1, False, rate.fp), now)
+        state.reset(KeyRate(current * factor, now, rate.version + 1, False, rate.fp, pause), now)
         log.info("credential %s: 429 under budget; effective rate now %.3g/s", state.credential.name, state.rate.base)
         await self._publish(state)
 
@@ -547,14 +605,24 @@ class FleetBudgets:
             # (a process sees only its share of the key's calls: a gap of a few intervals is no idle spell)
             state.grown += min(now - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
         state.ticked = now
+        if rate.ramping and now - state.shared_at >= REFRESH_SECONDS:
+            # The fleet ramps as fast as its fastest process earned: a process that started later
+            # (or waited less) would otherwise pace the key's shared schedule at its lower rate.
+            state.shared_at = now
+            snapshot = KeyRate(state.rps(now) or rate.base, now, rate.version, True, rate.fp)
+            await self._put(state.credential.name + RAMP_SUFFIX, snapshot.to_json(), RAMP_TTL)
 
     async def _publish(self, state: _KeyState) -> None:
-        if self._shared is None or state.rate is None:
+        if state.rate is not None:
+            await self._put(state.credential.name, state.rate.to_json(), RATE_TTL)
+
+    async def _put(self, name: str, value: dict[str, Any], ttl: float) -> None:
+        if self._shared is None:
             return
         try:
-            await self._shared.put(state.credential.name, state.rate.to_json(), ttl=RATE_TTL)
+            await self._shared.put(name, value, ttl=ttl)
         except Exception as exc:  # the fleet learns on its own meanwhile; never lose an item over it
-            log.warning("could not share the rate of %s (%s)", state.credential.name, type(exc).__name__)
+            log.warning("could not share the rate of %s (%s)", name, type(exc).__name__)
 
     async def refresh(self, *, force: bool = False) -> None:
         """Merge the fleet's learned rates (at most every ``REFRESH_SECONDS`` unless ``force``)."""
@@ -576,6 +644,15 @@ class FleetBudgets:
                 continue
             if theirs.version > mine.version:
                 state.reset(theirs, now)  # a decrease elsewhere (or before a restart) wins
+        for name, state in self._keys.items():
+            mine = state.rate
+            ramp = KeyRate.from_json(stored.get(name + RAMP_SUFFIX))
+            if mine is None or not mine.ramping or ramp is None or ramp.fp != mine.fp or not ramp.ramping:
+                continue
+            current = state.rps(now) or mine.base
+            if ramp.version == mine.version and ramp.base > current:
+                # Take up the ramp where the fleet's fastest process got it: as if this one had waited as long.
+                state.grown = RAMP_DOUBLING_SECONDS * math.log2(ramp.base / mine.base)
 
     def rates(self) -> dict[str, float | None]:
         """Each key's effective requests per second as this process knows it (None: not rate-budgeted)."""
@@ -592,9 +669,17 @@ async def learned_rates(hive: Hive) -> dict[str, dict[str, Any]]:
     {'OPENAI_API_KEY': {'rpm': 412.5, 'decreases': 2, 'ramping': False}}
     """
     out = {}
-    for name, value in sorted((await hive.shared(BUDGET_NAMESPACE).items()).items()):
+    stored = await hive.shared(BUDGET_NAMESPACE).items()
+    for name, value in sorted(stored.items()):
+        if name.endswith(RAMP_SUFFIX):
+            continue
         rate = KeyRate.from_json(value)
         if rate is not None:  # the fingerprint stays in storage: it only tells keys apart
             rpm = rate.value(time.time(), LEARN_MAX_RPS) * 60.0  # a known limit (not stored) caps it further
             out[name] = {"rpm": round(rpm, 2), "decreases": rate.version, "ramping": rate.ramping}
+    for name, value in sorted(stored.items()):
+        ramp = KeyRate.from_json(value) if name.endswith(RAMP_SUFFIX) else None
+        key = name[: -len(RAMP_SUFFIX)]
+        if ramp is not None and key not in out:  # still ramping up: no 429 yet
+            out[key] = {"rpm": round(ramp.base * 60.0, 2), "decreases": ramp.version, "ramping": True}
     return out

@@ -21,6 +21,7 @@ from workhive.budgets import (
     GROWTH,
     LEARN_START_RPS,
     RAMP_DOUBLING_SECONDS,
+    RAMP_SUFFIX,
     Budget,
     BudgetTake,
     FleetBudgets,
@@ -205,6 +206,32 @@ async def test_reservations_are_made_at_most_reserve_ahead_seconds_out(store: Di
 
 
 @pytest.mark.asyncio
+async def test_workers_waiting_for_the_same_slot_cost_one_storage_call_not_one_each(
+    store: DictBudgets, clock: FakeClock
+) -> None:
+    a, b, c = key("A", rpm=60), key("B", rpm=60), key("C", rpm=60)
+    budgets = FleetBudgets(store, None, [a, b, c], reserve_ahead=0.25, clock=clock)
+    for k in (a, b):
+        taken, _ = await budgets.reserve([k], tokens=0, max_wait=30)
+        assert taken is not None
+    calls = len(store.calls)
+    assert await budgets.reserve([a, b], tokens=0, max_wait=30) == (None, 0.75)
+    for _ in range(10):  # the other workers woken for the same slot, and subsets of the same keys
+        assert await budgets.reserve([b, a], tokens=0, max_wait=30) == (None, 0.75)
+        assert await budgets.reserve([a], tokens=5, max_wait=30) == (None, 0.75)
+        assert await budgets.reserve([a], tokens=0, max_wait=0.1) == (None, 0.75)
+    assert len(store.calls) == calls + 1
+    # A key the answer did not cover is asked about.
+    found, _ = await budgets.reserve([a, b, c], tokens=0, max_wait=30)
+    assert found is not None and found.credential.name == "C" and len(store.calls) == calls + 2
+    clock.advance(0.75)
+    first, wait = await budgets.reserve([a, b], tokens=0, max_wait=30)
+    assert first is not None and wait == pytest.approx(0.25) and len(store.calls) == calls + 3
+    second, _ = await budgets.reserve([a, b], tokens=0, max_wait=30)
+    assert second is not None and second.credential != first.credential, "after a take, storage is asked again"
+
+
+@pytest.mark.asyncio
 async def test_reserve_takes_the_estimate_from_tpm_and_tpd(store: DictBudgets, clock: FakeClock) -> None:
     a = key("A", tpm=600, tpd=86400)  # 10 tokens/s, 1 token/s
     budgets = FleetBudgets(store, None, [a], reserve_ahead=math.inf, clock=clock)
@@ -277,6 +304,35 @@ async def test_a_429_lowers_the_rate_once_per_rate_version(store: DictBudgets, c
     stored = KeyRate.from_json(await shared.get("A"))
     assert stored is not None and stored.version == 2 and not stored.ramping
     assert stored.fp == a.secret.fingerprint() and "sk-" not in str(await shared.items())
+
+
+@pytest.mark.asyncio
+async def test_a_decrease_counts_the_time_the_key_cooled_since_the_last_one(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """Over the limit, a provider's bucket refills while the key cools and hides the excess: the rate
+    the key really took since the last decrease is the rate times the share of that time calls went."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    first, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert first is not None
+    await budgets.rate_limited(first, retry_after=2.0)  # ends the ramp; the key cools for 2 s
+    stored = KeyRate.from_json(await shared.get("A"))
+    assert stored is not None and stored.pause == 2.0
+    clock.advance(4.0)  # 2 s cooling, 2 s of calls
+    short, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert short is not None
+    before = budgets.rates()["A"]
+    await budgets.rate_limited(short, retry_after=1.0)
+    assert budgets.rates()["A"] == pytest.approx(before * 0.5), "calls went half the time: half the rate"
+    clock.advance(40.0)  # a long cycle: 1 s of cooling in 40 is no evidence of an excess
+    long, _ = await budgets.reserve([a], tokens=0, max_wait=60)
+    assert long is not None
+    before = budgets.rates()["A"]
+    await budgets.rate_limited(long)
+    assert budgets.rates()["A"] == pytest.approx(before * DECREASE)
+    for junk in (-1, "2", True, math.inf):
+        assert KeyRate.from_json({"base": 1.0, "since": 0.0, "version": 1, "pause": junk}).pause == 0.0  # type: ignore[union-attr]
 
 
 async def _paced_success(budgets: FleetBudgets, credential: Credential, clock: FakeClock, seconds: float) -> None:
@@ -359,6 +415,35 @@ async def test_the_learned_rate_is_shared_by_the_fleet_and_kept_across_restarts(
     replaced = FleetBudgets(store, shared, [Credential("A", "sk-another-key")], learn=True, clock=clock)
     await replaced.refresh(force=True)
     assert replaced.rates() == {"A": LEARN_START_RPS}, "a new key under the same name starts afresh"
+
+
+@pytest.mark.asyncio
+async def test_a_ramp_goes_at_the_pace_of_the_fleets_fastest_process_and_never_undoes_a_decrease(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    a = key("A")
+    early = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(early, a, clock, 0)
+    await _paced_success(early, a, clock, 3 * RAMP_DOUBLING_SECONDS)
+    assert early.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
+    late = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)  # started later
+    await late.refresh(force=True)
+    assert late.rates()["A"] == pytest.approx(8 * LEARN_START_RPS), "takes the ramp up where the fleet got it"
+    await _paced_success(late, a, clock, 0)
+    await _paced_success(late, a, clock, RAMP_DOUBLING_SECONDS)
+    assert late.rates()["A"] == pytest.approx(16 * LEARN_START_RPS), "and grows on from there"
+    assert KeyRate.from_json(await shared.get("A")) is None, "a ramp is shared beside the learned rate, not in it"
+    # A 429 ends the ramp fleet-wide; a ramp still shared from before is never taken up again.
+    reservation, _ = await late.reserve([a], tokens=0, max_wait=math.inf)
+    assert reservation is not None
+    await late.rate_limited(reservation)
+    lowered = late.rates()["A"]
+    await shared.put("A" + RAMP_SUFFIX, KeyRate(1000.0, clock(), 0, True, a.secret.fingerprint()).to_json())
+    for process in (early, late, FleetBudgets(store, shared, [a], learn=True, clock=clock)):
+        await process.refresh(force=True)
+        assert process.rates()["A"] == pytest.approx(lowered)
+    stored = KeyRate.from_json(await shared.get("A"))
+    assert stored is not None and stored.version == 1 and not stored.ramping
 
 
 @pytest.mark.asyncio

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 import workhive
-from workhive.budgets import BUDGET_NAMESPACE, FIRST_DECREASE, LEARN_START_RPS, KeyRate, learned_rates
+from workhive.budgets import (
+    BUDGET_NAMESPACE,
+    FIRST_DECREASE,
+    LEARN_START_RPS,
+    RAMP_SUFFIX,
+    KeyRate,
+    learned_rates,
+)
 from workhive.errors import ConfigError
 from workhive.models import ItemState
 from workhive.runtime.events import ListSink, Tally
@@ -142,12 +149,16 @@ async def test_a_429_lowers_the_learned_rate_in_storage_and_status_shows_it() ->
         tally = await run(hive, options("budget_handlers:rate_limited_once", learn_limits=True))
         assert tally.done == 1 and sum(tally.rate_limited.values()) == 1
         stored = await hive.shared(BUDGET_NAMESPACE).items()
-        [(name, value)] = stored.items()
+        # The refused key's decrease; the retry went on the other key, still ramping up, which shares how far.
+        [(name, value)] = [(n, v) for n, v in stored.items() if not n.endswith(RAMP_SUFFIX)]
+        [ramping] = [n[: -len(RAMP_SUFFIX)] for n in stored if n.endswith(RAMP_SUFFIX)]
+        assert ramping != name
         rate = KeyRate.from_json(value)
         assert rate is not None and rate.version == 1 and not rate.ramping
         assert rate.base == pytest.approx(LEARN_START_RPS * FIRST_DECREASE)
         shown = await learned_rates(hive)
         assert shown[name]["decreases"] == 1 and shown[name]["rpm"] >= LEARN_START_RPS * FIRST_DECREASE * 60
+        assert shown[ramping] == {"rpm": LEARN_START_RPS * 60, "decreases": 0, "ramping": True}
         assert "sk-budget" not in str(shown)
 
 

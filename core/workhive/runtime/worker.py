@@ -341,7 +341,7 @@ class Worker:
                         rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
             except RateLimited as exc:
                 if reservation is not None:
-                    await rt.budget_feedback(rt.budgets.rate_limited, reservation)
+                    await rt.budget_feedback(rt.budgets.rate_limited, reservation, exc.retry_after)  # type: ignore[attr-defined]
                 await self._rate_limited(item, credential, exc)
             except AuthFailed as exc:
                 await self._auth_failed(item, credential, exc)
