@@ -358,3 +358,20 @@ SELECT pg_advisory_xact_lock(hashtextextended('workhive-migrate:' || $1, 0));
 -- record_migration --
 -- Migration $1 was applied.
 INSERT INTO migrations (version) VALUES ($1);
+
+-- budget_rows --
+-- Make sure budget keys $1 (sorted, so two takes insert in one order) have rows
+-- to lock: a key never taken from gets one at -Infinity (as good as absent).
+INSERT INTO budgets (key, tat)
+SELECT key, '-Infinity'::float8 FROM unnest($1::text[]) AS key
+ON CONFLICT (key) DO NOTHING;
+
+-- budget_lock --
+-- Lock budget keys $1 for this transaction, in key order, and read their times.
+SELECT key, tat FROM budgets WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE;
+
+-- budget_store --
+-- Store the new theoretical arrival times $2 of budget keys $1.
+INSERT INTO budgets (key, tat)
+SELECT * FROM unnest($1::text[], $2::float8[])
+ON CONFLICT (key) DO UPDATE SET tat = excluded.tat;
