@@ -20,6 +20,7 @@ from workhive.errors import (
     StorageError,
     StorageUnavailable,
 )
+from workhive.models import ItemState
 
 SECRET = "s3cret-Pa55word"
 
@@ -219,3 +220,33 @@ def test_private_server_wrong_password_acl_without_scripting_and_script_flush(tm
         asyncio.run(main())
     finally:
         server.stop()
+
+
+def test_replies_are_read_as_resp3_whatever_the_drivers_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py 8 speaks RESP3 unless told otherwise, 5-7 RESP2: the backend asks for RESP3 itself.
+
+    Under RESP2 an item's HGETALL comes back a flat list and reading it failed (seen with redis-py 7.4).
+    Here the driver's default is forced to RESP2 and the backend must still read what it stored.
+    """
+    import redis.asyncio.connection as connection
+
+    real_init = connection.AbstractConnection.__init__
+
+    def resp2_by_default(self: object, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("protocol", 2)
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(connection.AbstractConnection, "__init__", resp2_by_default)
+    assert parse_url(url_for(new_prefix())).connection_kwargs()["protocol"] == 3
+
+    async def roundtrip() -> None:
+        async with workhive.open(url_for(new_prefix())) as hive:
+            pool = hive.pool("jobs")
+            item_id = await pool.push({"a": 1})
+            assert (await pool.get(item_id)).data == {"a": 1}
+            claimed = await pool.claim("w1")
+            assert claimed is not None
+            await pool.complete(claimed)
+            assert (await pool.get(item_id)).state is ItemState.DONE
+
+    asyncio.run(roundtrip())

@@ -91,6 +91,9 @@ class RedisConfig:
             "socket_connect_timeout": self.timeout,
             "decode_responses": True,
             "health_check_interval": 0,
+            # RESP3 whatever the driver's default (redis-py 8 speaks it unless told, 5-7 do not):
+            # replies are read as RESP3 shapes (HGETALL a map), and under RESP2 they are flat lists.
+            "protocol": 3,
         }
         if self.path is not None:
             kwargs["path"] = self.path
