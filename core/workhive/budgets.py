@@ -639,18 +639,16 @@ class FleetBudgets:
             return
         for name, state in self._keys.items():
             mine = state.rate
+            if mine is None:
+                continue
             theirs = KeyRate.from_json(stored.get(name))
-            if mine is None or theirs is None or theirs.fp != mine.fp:
-                continue
-            if theirs.version > mine.version:
+            if theirs is not None and theirs.fp == mine.fp and theirs.version > mine.version:
                 state.reset(theirs, now)  # a decrease elsewhere (or before a restart) wins
-        for name, state in self._keys.items():
-            mine = state.rate
-            ramp = KeyRate.from_json(stored.get(name + RAMP_SUFFIX))
-            if mine is None or not mine.ramping or ramp is None or ramp.fp != mine.fp or not ramp.ramping:
                 continue
-            current = state.rps(now) or mine.base
-            if ramp.version == mine.version and ramp.base > current:
+            ramp = KeyRate.from_json(stored.get(name + RAMP_SUFFIX))
+            if not mine.ramping or ramp is None or ramp.fp != mine.fp or not ramp.ramping:
+                continue
+            if ramp.version == mine.version and ramp.base > (state.rps(now) or mine.base):
                 # Take up the ramp where the fleet's fastest process got it: as if this one had waited as long.
                 state.grown = RAMP_DOUBLING_SECONDS * math.log2(ramp.base / mine.base)
 
