@@ -251,3 +251,45 @@ async def test_a_streak_ends_after_streak_tokens_acquisitions_however_fast_they_
             await locks.acquire("x", ttl=None, timeout=0, worker_id=None)
     finally:
         queue.leave(waiter)
+
+
+def test_a_holder_looking_at_the_line_while_a_waiter_joins_never_removes_the_new_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worst moment for a racing holder (or clean()) to look: the joiner has made its FIFO but
+    # not opened it yet. An entry visible then looks dead (nobody reads it) and would be removed,
+    # leaving its owner waiting out of line where no holder could hand it a turn.
+    line = str(tmp_path / "x.queue")
+    real_open = os.open
+    looked: list[bool] = []
+
+    def open_while_someone_looks(path: str, flags: int, *args: object) -> int:
+        if flags & os.O_RDWR and os.path.dirname(path) == line:  # the joiner opening its read end
+            looked.append(queue.first_other(line, None, ring=True))
+            queue.sweep(line)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(queue.os, "open", open_while_someone_looks)
+    entry = queue.join(line)
+    monkeypatch.undo()
+    try:
+        assert looked == [False]  # not in line yet, so neither rung nor removed
+        assert os.listdir(line) == [entry.name]
+        assert queue.first_other(line, None, ring=True)  # in line now, and reachable
+        assert rings_waiting(entry) == 1
+    finally:
+        queue.leave(entry)
+    assert os.listdir(line) == []
+
+
+def test_a_joiner_that_died_before_showing_its_entry_leaves_nothing_clean_keeps(tmp_path: Path) -> None:
+    line = tmp_path / "x.queue"
+    line.mkdir()
+    fresh, leftover = line / ".0-1-0", line / ".0-2-0"
+    os.mkfifo(fresh)
+    os.mkfifo(leftover)
+    old = time.time() - queue.STALE_HIDDEN_SECONDS - 5
+    os.utime(leftover, (old, old))
+    assert not queue.first_other(str(line), None, ring=True)  # hidden entries are nobody in line
+    queue.sweep(str(line))
+    assert os.listdir(line) == [fresh.name]  # a fresh one may be a joiner at work: left alone

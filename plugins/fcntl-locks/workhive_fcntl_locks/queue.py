@@ -8,7 +8,11 @@ How it works:
 
 * A provider whose first try failed **joins** the line of that lock: it
   creates a FIFO named ``<time_ns>-<pid>-<n>`` in ``<lock file>.queue/`` and
-  keeps it open for reading. Names sort by arrival.
+  keeps it open for reading. Names sort by arrival. The FIFO is made under a
+  hidden name (``.`` first), opened, and only then renamed into the line, so
+  an entry is never visible before it is alive: otherwise a holder that
+  looked at it in between would take it for dead and remove it while its
+  owner waited on, out of line and unseen.
 * A releasing holder **rings** the first live entry that is not its own (one
   byte into its FIFO, which wakes that provider's event loop at once) and,
   when there was one, **yields**: its next acquisitions wait until the
@@ -34,6 +38,8 @@ import time
 __all__ = ["QUEUE_SUFFIX", "Entry", "first_other", "join", "leave", "move_to_back", "queue_dir_for", "sweep"]
 
 QUEUE_SUFFIX = ".queue"
+HIDDEN = "."  # prefix of a FIFO being made; never rung, never counted as a waiter
+STALE_HIDDEN_SECONDS = 60.0  # a hidden FIFO this old belongs to a joiner that died before showing it
 _READ_FLAGS = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW  # RDWR: never a hang-up, so no busy loop
 _RING_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 _counter = itertools.count()
@@ -68,20 +74,29 @@ def join(directory: str) -> Entry:
         except FileExistsError:
             pass
         name = _new_name()
-        path = os.path.join(directory, name)
+        hidden = os.path.join(directory, HIDDEN + name)
         try:
-            os.mkfifo(path, 0o600)
-            fd = os.open(path, _READ_FLAGS)
+            os.mkfifo(hidden, 0o600)
         except FileNotFoundError:
-            continue  # the directory was swept, or our fresh entry taken for dead: again
+            continue  # the empty directory was swept between mkdir and mkfifo: again
         try:
-            st = os.fstat(fd)
-            ours = stat.S_ISFIFO(st.st_mode) and os.stat(path, follow_symlinks=False).st_ino == st.st_ino
+            fd = os.open(hidden, _READ_FLAGS)
         except FileNotFoundError:
-            ours = False
-        if ours:
-            return Entry(directory, name, fd)
-        os.close(fd)  # swept between mkfifo and open: nobody could ring it
+            continue  # removed as a stale leftover (we were stopped for minutes): again
+        except OSError:
+            _remove(hidden)
+            raise
+        try:
+            # Visible only now, open for reading: whoever finds it dead from here on is right.
+            os.rename(hidden, os.path.join(directory, name))
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except OSError:
+            os.close(fd)
+            _remove(hidden)
+            raise
+        return Entry(directory, name, fd)
     raise OSError(errno.EAGAIN, "the queue directory keeps changing under us", directory)
 
 
@@ -115,7 +130,7 @@ def first_other(directory: str, mine: str | None, *, ring: bool) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     for name in names:
-        if name == mine or name.startswith("."):
+        if name == mine or name.startswith(HIDDEN):
             continue
         path = os.path.join(directory, name)
         try:
@@ -145,6 +160,8 @@ def sweep(directory: str) -> None:
         return
     for name in names:
         path = os.path.join(directory, name)
+        if name.startswith(HIDDEN) and not _stale(path):
+            continue  # a joiner is between making its FIFO and opening it: not dead, just not in line yet
         try:
             fd = os.open(path, _RING_FLAGS)
         except OSError as exc:
@@ -156,6 +173,14 @@ def sweep(directory: str) -> None:
         os.rmdir(directory)
     except OSError:
         pass  # someone waits (or joined meanwhile): the line stays
+
+
+def _stale(path: str) -> bool:
+    # A hidden FIFO lives for microseconds unless its joiner died (or was stopped) before renaming it.
+    try:
+        return time.time() - os.stat(path, follow_symlinks=False).st_mtime > STALE_HIDDEN_SECONDS
+    except OSError:
+        return False
 
 
 def _remove(path: str) -> None:
