@@ -293,3 +293,25 @@ def test_a_joiner_that_died_before_showing_its_entry_leaves_nothing_clean_keeps(
     assert not queue.first_other(str(line), None, ring=True)  # hidden entries are nobody in line
     queue.sweep(str(line))
     assert os.listdir(line) == [fresh.name]  # a fresh one may be a joiner at work: left alone
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_whose_entry_vanished_takes_a_new_place_in_line(tmp_path: Path) -> None:
+    holder, waiter = FcntlLocks(tmp_path, max_streak=0, handoff_timeout=600), FcntlLocks(tmp_path)
+    held = await holder.acquire("x", ttl=None, timeout=0, worker_id=None)
+    task = asyncio.create_task(waiter.acquire("x", ttl=None, timeout=120, worker_id=None))
+    line = line_of(holder, "x")
+    await wait_until(lambda: someone_in_line(holder, "x"), "the waiter to join the line")
+    [gone] = os.listdir(line)
+    os.unlink(os.path.join(line, gone))  # removed from outside: nobody could hand it a turn now
+    await wait_until(lambda: someone_in_line(holder, "x"), "the waiter to take a new place")
+    [again] = os.listdir(line)
+    assert again != gone
+    await holder.release(held)  # handed to the waiter, which is in line again
+    with pytest.raises(LockTimeout):  # handed over, or already taken by the waiter: never ours again
+        await holder.acquire("x", ttl=None, timeout=0, worker_id=None)
+    theirs = await task
+    assert theirs.token == held.token + 1
+    await waiter.release(theirs)
+    await holder.close()
+    await waiter.close()

@@ -257,6 +257,8 @@ class FcntlLocks:
             if not in_line:  # only after a failed try: an uncontended lock never touches the line
                 self._join(path)
                 in_line = True
+            else:
+                self._keep_place(path)
             await self._nap(path, pause)
 
         held = None
@@ -287,6 +289,15 @@ class FcntlLocks:
             place.waiting += 1
             return
         self._places[path] = _Place(*self._new_entry(path))
+
+    def _keep_place(self, path: str) -> None:
+        # Between naps: if our entry vanished (removed by hand, or by a workhive that misjudged it),
+        # nobody can hand us a turn any more; take a new place rather than wait unseen.
+        place = self._places.get(path)
+        if place is None or place.entry is None or queue.present(place.entry):
+            return
+        self._drop_entry(place)
+        place.entry, place.loop = self._new_entry(path)
 
     def _new_entry(self, path: str) -> tuple[queue.Entry | None, asyncio.AbstractEventLoop | None]:
         if not self._queueing:

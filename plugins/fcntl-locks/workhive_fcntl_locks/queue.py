@@ -35,7 +35,7 @@ import os
 import stat
 import time
 
-__all__ = ["QUEUE_SUFFIX", "Entry", "first_other", "join", "leave", "move_to_back", "queue_dir_for", "sweep"]
+__all__ = ["QUEUE_SUFFIX", "Entry", "first_other", "join", "leave", "move_to_back", "present", "queue_dir_for", "sweep"]
 
 QUEUE_SUFFIX = ".queue"
 HIDDEN = "."  # prefix of a FIFO being made; never rung, never counted as a waiter
@@ -107,6 +107,16 @@ def leave(entry: Entry) -> None:
     except OSError:
         pass  # already swept as dead by someone else: nothing to remove
     os.close(entry.fd)
+
+
+def present(entry: Entry) -> bool:
+    """Whether ``entry`` is still in its line (under its name, as the FIFO we hold open)."""
+    try:
+        return os.stat(os.path.join(entry.directory, entry.name), follow_symlinks=False).st_ino == os.fstat(
+            entry.fd
+        ).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def move_to_back(entry: Entry) -> bool:
