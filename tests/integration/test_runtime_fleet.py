@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -453,3 +454,19 @@ def test_a_disk_that_fills_mid_run_ends_the_fleet_with_one_reason_and_loses_noth
     assert len(items) == 300 and all(i is not None for i in items)  # nothing lost
     done = [i for i in items if i.state is ItemState.DONE]
     assert 0 < len(done) < 300 and all(i.result["n"] == int(i.data["n"]) for i in done)
+
+
+def test_worker_processes_keep_the_parents_import_order(tmp_path, monkeypatch):
+    # A directory the parent appended to sys.path (after site-packages) holds a module named like
+    # an installed package. The children must find the installed one first, as the parent does:
+    # put on PYTHONPATH, that directory would shadow it and every child would die at start-up.
+    late = tmp_path / "late"
+    late.mkdir()
+    (late / "attrs.py").write_text("raise ImportError('the shadowing attrs.py was imported')\n")
+    (late / "late_handlers.py").write_text("def noop(ctx):\n    return None\n")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(late)])  # appended, as a script's sys.path.append
+    db = tmp_path / "hive.db"
+    ids = push(f"sqlite:///{db}", [{"n": i} for i in range(5)])
+    report = run_fleet(FleetOptions(**fast(db, handler="late_handlers:noop", processes=1)))
+    assert report.exit_code == 0 and report.done == 5, report
+    assert all(i.state is ItemState.DONE for i in items_of(f"sqlite:///{db}", ids))

@@ -62,6 +62,9 @@ IDLE_POLL_MIN = 0.005
 IDLE_POLL_MAX = 0.05
 #: with wake-ups (``notify``) the timeout is only a safety net
 IDLE_NOTIFY_TIMEOUT = 2.0
+#: import-path entries the supervisor had after its site-packages, which a worker process appends
+#: to its own (PYTHONPATH would put them first; see ``supervisor._child_env``)
+PATH_AFTER_ENV = "WORKHIVE_PATH_AFTER"
 
 
 class IdleWaiter:
@@ -478,6 +481,9 @@ def _check_parent(runtime: ProcessRuntime) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a worker process (``python -m workhive.runtime --events-fd N``)."""
+    for entry in os.environ.pop(PATH_AFTER_ENV, "").split(os.pathsep):  # the parent's order (see _child_env)
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
     parser = argparse.ArgumentParser(prog="python -m workhive.runtime")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--log-level", default="WARNING")

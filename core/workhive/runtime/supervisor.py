@@ -65,7 +65,7 @@ from workhive.redaction import scrub, scrub_data
 from workhive.runtime import events as ev
 from workhive.runtime.isolation import SUSPECT_TTL, SUSPECTS, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
-from workhive.runtime.process import EXIT_UNHEALTHY, metrics_enabled, options_to_json
+from workhive.runtime.process import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.progress import FleetProgress
 
 __all__ = ["Supervisor"]
@@ -108,20 +108,30 @@ class _Child:
 
 
 def _child_env() -> dict[str, str]:
-    """The child sees the parent's import path, so ``--handler`` resolves the same way in both."""
+    """The child sees the parent's import path, in the parent's order, so ``--handler`` resolves the same way.
+
+    Entries before site-packages go on PYTHONPATH. Entries the parent appended after
+    it must stay after it: on PYTHONPATH they would shadow installed packages (a
+    ``redis.py`` in a script's directory hiding the ``redis`` package), so the child
+    appends them itself (``PATH_AFTER_ENV``).
+    """
     env = dict(os.environ)
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    extra = []
+    before: list[str] = []
+    after: list[str] = []
+    past_site = False
     for entry in sys.path:
         path = os.getcwd() if entry == "" else entry
-        if any(path.startswith(p) for p in prefixes) and "site-packages" not in path.split(os.sep)[-1:]:
-            continue  # the interpreter's own stdlib paths: the child has them already
         if "site-packages" in path:
+            past_site = True
             continue
-        extra.append(path)
+        if any(path.startswith(p) for p in prefixes):
+            continue  # the interpreter's own stdlib paths: the child has them already
+        (after if past_site else before).append(path)
     if env.get("PYTHONPATH"):
-        extra.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(extra))
+        before.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(before))
+    env[PATH_AFTER_ENV] = os.pathsep.join(dict.fromkeys(p for p in after if p not in before))
     return env
 
 
