@@ -169,3 +169,37 @@ async def test_context_lock_is_a_fleet_wide_named_lock():
         async with ctx.lock("resource:a", ttl=5) as second:
             assert second.token > first.token
         assert "item=" in repr(ctx)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_runs_its_item_without_waiting_for_its_status_to_be_written():
+    import asyncio
+
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        [item_id] = await pool.push_many([{"n": 1}])
+        gate = asyncio.Event()
+        written: list[workhive.WorkerStatus] = []
+        real = hive.workers.update_status
+
+        async def held_status(worker_id, status, detail=None):  # a registry that answers late
+            await gate.wait()
+            written.append(status)
+            await real(worker_id, status, detail)
+
+        hive.workers.update_status = held_status  # type: ignore[method-assign]
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", storage="memory://", heartbeat=0.2, lease=5.0)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        run = asyncio.create_task(runtime.run(stop_when_empty=True))
+        for _ in range(3000):  # the item finishes while no status write has landed
+            if (await pool.get(item_id)).state is ItemState.DONE:
+                break
+            await asyncio.sleep(0.01)
+        assert (await pool.get(item_id)).state is ItemState.DONE
+        assert written == []
+        gate.set()
+        assert await asyncio.wait_for(run, 60) == 0
+        # in order, the wishes that piled up while one was in flight coalesced to the latest
+        assert written == [workhive.WorkerStatus.BUSY, workhive.WorkerStatus.IDLE]
+        [worker] = runtime.workers
+        assert (await hive.workers.get(worker.worker_id)).status is workhive.WorkerStatus.STOPPED

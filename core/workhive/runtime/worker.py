@@ -93,6 +93,10 @@ class Worker:
         self._adaptive = runtime.options.batch == 1
         self.claim_size = runtime.options.batch
         self._oldest_ack = 0.0
+        # The registry's status is informational, so it is written beside the work, not before it:
+        # an item picked up after an idle spell starts without waiting for the BUSY round trip.
+        self._status_wanted: tuple[WorkerStatus, str | None] | None = None
+        self._status_writer: asyncio.Task[None] | None = None
 
     # -- registration -------------------------------------------------------
     async def register(self) -> None:
@@ -117,6 +121,9 @@ class Worker:
 
     async def deregister(self) -> None:
         """Clean exit: give back whatever this worker still holds, attempts refunded."""
+        self._status_wanted = None  # a status still to be written is moot now; the one in flight lands first
+        if self._status_writer is not None:
+            await asyncio.wait({self._status_writer})
         released = await self.rt.hive.workers.deregister(self.worker_id)
         if released:
             self.rt.emit(ev.RELEASED, released)
@@ -149,7 +156,7 @@ class Worker:
                     rt.health_policy.failures_before_pause,
                     pause,
                 )
-                await self._status(WorkerStatus.PAUSED, f"pausing {pause:.1f}s after repeated failures")
+                self._status(WorkerStatus.PAUSED, f"pausing {pause:.1f}s after repeated failures")
                 await rt.sleep(pause)
                 idle = True
                 continue
@@ -172,13 +179,13 @@ class Worker:
                 self.storage_faults = 0  # storage answered and there is nothing to do: no fault
                 if not idle:
                     idle = True
-                    await self._status(WorkerStatus.IDLE, None)
+                    self._status(WorkerStatus.IDLE, None)
                 await rt.idle.wait()
                 continue
             rt.idle.found_work()
             if idle:
                 idle = False
-                await self._status(WorkerStatus.BUSY, None)
+                self._status(WorkerStatus.BUSY, None)
             await self._run_batch(items)
 
     def _storage_fault(self, action: str, exc: WorkhiveError) -> bool:
@@ -196,11 +203,20 @@ class Worker:
             return True
         return False
 
-    async def _status(self, status: WorkerStatus, detail: str | None) -> None:
-        try:
-            await self.rt.hive.workers.update_status(self.worker_id, status, detail)
-        except WorkhiveError as exc:  # informational only; never stop work for it
-            log.debug("worker %s: status update failed: %s", self.worker_id, exc)
+    def _status(self, status: WorkerStatus, detail: str | None) -> None:
+        """Record ``status`` in the registry soon, in order, without holding up the caller."""
+        self._status_wanted = (status, detail)
+        if self._status_writer is None or self._status_writer.done():
+            self._status_writer = asyncio.get_running_loop().create_task(self._write_status())
+
+    async def _write_status(self) -> None:
+        # One writer per worker, always sending the latest wish: updates never overtake each other.
+        while self._status_wanted is not None:
+            (status, detail), self._status_wanted = self._status_wanted, None
+            try:
+                await self.rt.hive.workers.update_status(self.worker_id, status, detail)
+            except WorkhiveError as exc:  # informational only; never stop work for it
+                log.debug("worker %s: status update failed: %s", self.worker_id, exc)
 
     async def _run_batch(self, items: list[WorkItem]) -> None:
         started = time.monotonic()
