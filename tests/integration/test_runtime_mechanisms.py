@@ -86,6 +86,54 @@ class TestSupervisorProgress:
         assert "last error i0000000000000007: RuntimeError: upstream said no" in format_line(seen[-1])
 
 
+class TestSupervisorEventPipe:
+    """A child writes an event per item; the supervisor reads them in bursts, not once per write."""
+
+    @pytest.mark.asyncio
+    async def test_after_a_read_the_pipe_goes_unwatched_until_the_pause_is_over(self, monkeypatch):
+        import json
+        import os
+
+        import workhive
+        from workhive.runtime import supervisor as sup_module
+
+        monkeypatch.setattr(sup_module, "EVENT_READ_PAUSE", 3600)  # the pause never ends by itself here
+        hive = workhive.open("memory://")
+        sup = sup_module.Supervisor(FleetOptions(pool="jobs", handler="m:f", processes=1), hive, None)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        child = sup_module._Child(proc=SimpleNamespace(pid=4242), fd=read_fd, started_at=0.0)
+        sup.children[4242] = child
+        loop = asyncio.get_running_loop()
+
+        def start(n):
+            os.write(write_fd, (json.dumps(["start", "w", f"i{n}", n, 0]) + "\n").encode())
+
+        async def spin():
+            for _ in range(20):
+                await asyncio.sleep(0)
+
+        try:
+            loop.add_reader(read_fd, sup._on_readable, child)
+            start(1)
+            await spin()
+            assert child.unreported == {"i1": 1}
+            start(2)  # written during the pause: waits in the pipe, nothing wakes the supervisor
+            await spin()
+            assert child.unreported == {"i1": 1}
+            sup._watch_again(child)  # the pause is over
+            await spin()
+            assert child.unreported == {"i1": 1, "i2": 2}
+            del sup.children[4242]  # reaped during a pause: its descriptor is not watched again
+            loop.remove_reader(read_fd)
+            sup._watch_again(child)
+            assert not loop.remove_reader(read_fd)
+        finally:
+            loop.remove_reader(read_fd)
+            os.close(read_fd)
+            os.close(write_fd)
+
+
 @pytest.mark.parametrize("fault", ["StorageError", "StorageCorrupt"])
 def test_claims_that_keep_failing_stop_the_process_with_one_reason(monkeypatch, caplog, fault):
     import workhive

@@ -80,6 +80,7 @@ MAX_RESTARTS_PER_MINUTE = 30
 SCALE_DOWN_IDLE = 5.0
 SCALE_UP_EVERY = 2.0
 SPAWN_PER_TICK = 4
+EVENT_READ_PAUSE = 0.005  # seconds a child's event pipe goes unwatched after a read (see _on_readable)
 GONE_EVERY = 1.0  # how often local workers' PIDs are checked (a dead one is reaped at once)
 LAST_ERRORS = 3  # failing items whose last error the progress display keeps
 #: statistics reads failing this many times in a row (with doubling pauses up to
@@ -217,7 +218,7 @@ class Supervisor:
             os.close(write_fd)
         child = _Child(proc=proc, fd=read_fd, started_at=time.monotonic())
         self.children[proc.pid] = child
-        asyncio.get_running_loop().add_reader(read_fd, self._read_events, child)
+        asyncio.get_running_loop().add_reader(read_fd, self._on_readable, child)
         assert proc.stdin is not None
         try:
             proc.stdin.write((json.dumps(options_to_json(self.options)) + "\n").encode())
@@ -235,6 +236,23 @@ class Supervisor:
         self.restart_at = time.monotonic() + 0.5 * self.startup_failures
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             self._finish(ExitCode.FAILURE, f"worker processes cannot start ({self.startup_failures} in a row): {why}")
+
+    def _on_readable(self, child: _Child) -> None:
+        # Read what is there, then stop watching the pipe for EVENT_READ_PAUSE: a child writes
+        # an event per item, and a reader woken by every write costs both processes a context
+        # switch per item. Nothing waits on promptness: a dead child's pipe is read to the end
+        # before its claims are judged (_reap_children), and the pipe holds ~1,000 events.
+        self._read_events(child)
+        if child.eof:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(child.fd)
+        loop.call_later(EVENT_READ_PAUSE, self._watch_again, child)
+
+    def _watch_again(self, child: _Child) -> None:
+        if child.eof or self.children.get(child.proc.pid) is not child:
+            return  # reaped meanwhile: its descriptor is closed and its number may be reused
+        asyncio.get_running_loop().add_reader(child.fd, self._on_readable, child)
 
     def _read_events(self, child: _Child) -> None:
         while True:
