@@ -59,7 +59,7 @@ log = logging.getLogger("workhive.runtime.worker")
 #: with the default ``batch=1`` a worker whose handler is fast claims more per call,
 #: doubling up to ADAPTIVE_MAX_CLAIM while handlers average under FAST_HANDLER_SECONDS,
 #: and drops back to one item as soon as they do not (slow calls keep one claim at a time)
-ADAPTIVE_MAX_CLAIM = 32
+ADAPTIVE_MAX_CLAIM = 128
 FAST_HANDLER_SECONDS = 0.002
 
 #: storage calls failing this many times with no item finished in between (claims pausing,
