@@ -112,9 +112,10 @@ def leave(entry: Entry) -> None:
 def present(entry: Entry) -> bool:
     """Whether ``entry`` is still in its line (under its name, as the FIFO we hold open)."""
     try:
-        return os.stat(os.path.join(entry.directory, entry.name), follow_symlinks=False).st_ino == os.fstat(
-            entry.fd
-        ).st_ino
+        return (
+            os.stat(os.path.join(entry.directory, entry.name), follow_symlinks=False).st_ino
+            == os.fstat(entry.fd).st_ino
+        )
     except FileNotFoundError:
         return False
 
