@@ -141,3 +141,40 @@ async def test_a_large_push_goes_by_copy_and_keeps_order_options_and_wake_ups(ur
         nxt = await pool.claim("w")
         assert nxt is not None and nxt.id == ids[1] and nxt.data == {"i": 1}
         assert await hive.pools() == ["big"]
+
+
+@pytest.mark.asyncio
+async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not_an_error(schema: str) -> None:
+    """Two processes take a new lock at once. The second one's insert of the lock's row waits
+    for the first one's, then does nothing, and a look-up in that same statement cannot see
+    the row (its snapshot is older): the id came back NULL and taking the lock failed
+    with a TypeError (seen as a retried item in the fleet matrix)."""
+    from workhive_postgres import PostgresLocks
+    from workhive_postgres.locks import _encode
+
+    locks = PostgresLocks(pg_server.url_for(schema))
+    first = await locks.acquire("warm-up", ttl=None, timeout=0)  # creates the schema and its tables
+    await locks.release(first)
+    side = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    try:
+        name_hash, raw = _encode("fresh")
+        tx = side.transaction()
+        await tx.start()
+        await side.execute("INSERT INTO locks (name_hash, name) VALUES ($1, $2)", name_hash, raw)
+        taking = asyncio.create_task(locks.acquire("fresh", ttl=None, timeout=60))
+
+        async def taker_waits_for_the_insert() -> bool:
+            rows = await side.fetch(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO locks%'"
+                " AND pid <> pg_backend_pid()"
+            )
+            return bool(rows)
+
+        await wait_until(taker_waits_for_the_insert, "the other session's insert to wait for ours")
+        await tx.commit()
+        held = await asyncio.wait_for(taking, 60)
+        assert held.name == "fresh" and held.token == 1
+        await locks.release(held)
+    finally:
+        await side.close()
+        await locks.close()

@@ -106,7 +106,7 @@ class PostgresLocks:
         q = self._q
         conn = await pool.acquire()
         try:
-            lock_id = await conn.fetchval(q["lock_row"], name_hash, raw)
+            lock_id = await self._lock_row(conn, name, name_hash, raw)
             if not await conn.fetchval(q["try_lock"], self._schema_key, lock_id):
                 await self._wait(conn, name, name_hash, lock_id, timeout)
             row = await conn.fetchrow(q["record_holder"], lock_id, os.getpid(), self._host, worker_id, ttl_f)
@@ -121,6 +121,20 @@ class PostgresLocks:
         handle = object()
         self._held[handle] = (conn, lock_id, int(row[0]))
         return HeldLock(name=name, token=int(row[0]), acquired_at=float(row[1]), ttl=ttl_f, handle=handle)
+
+    async def _lock_row(self, conn: Any, name: str, name_hash: bytes, raw: bytes) -> int:
+        """The id of lock ``name``'s row, created on first use.
+
+        Two sessions creating the same lock at once: the second one's insert waits for
+        the first one's and then does nothing, and its own look-up, which reads the
+        snapshot taken when its statement began, cannot see the row either. Asking
+        again, in a new statement, finds it.
+        """
+        for _ in range(3):
+            lock_id = await conn.fetchval(self._q["lock_row"], name_hash, raw)
+            if lock_id is not None:
+                return int(lock_id)
+        raise LockSystemError(f"the row of lock {name!r} keeps vanishing while it is taken (is something deleting it?)")
 
     async def _wait(self, conn: Any, name: str, name_hash: bytes, lock_id: int, timeout: float | None) -> None:
         """Block in the server until the lock is ours, or raise ``LockTimeout`` naming the holder."""
