@@ -156,6 +156,9 @@ async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not
     first = await locks.acquire("warm-up", ttl=None, timeout=0)  # creates the schema and its tables
     await locks.release(first)
     side = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    # Watched from a third session: inside side's transaction pg_stat_activity would be read
+    # once and then served from that transaction's snapshot, never showing the wait.
+    watch = await asyncpg.connect(pg_server.SERVER)
     try:
         name_hash, raw = _encode("fresh")
         tx = side.transaction()
@@ -164,9 +167,10 @@ async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not
         taking = asyncio.create_task(locks.acquire("fresh", ttl=None, timeout=60))
 
         async def taker_waits_for_the_insert() -> bool:
-            rows = await side.fetch(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO locks%'"
-                " AND pid <> pg_backend_pid()"
+            rows = await watch.fetch(
+                "SELECT 1 FROM pg_stat_activity"
+                " WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO locks%'",
+                side.get_server_pid(),
             )
             return bool(rows)
 
@@ -176,5 +180,6 @@ async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not
         assert held.name == "fresh" and held.token == 1
         await locks.release(held)
     finally:
+        await watch.close()
         await side.close()
         await locks.close()
