@@ -300,3 +300,43 @@ def test_cli_on_an_unreachable_server_is_one_clear_line_without_the_password(sch
     assert f"127.0.0.1:{port}/test" in run.stderr
     assert "Traceback" not in run.stderr
     assert_secret_free(run.stdout, run.stderr)
+
+
+@pytest.mark.asyncio
+async def test_a_session_the_server_ends_while_the_hive_opens_is_opened_again(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's connections killed during its start-up (a chaos test, a failover): opening
+    tries again within retry_for instead of failing the process with a driver error."""
+    from workhive_postgres import backend
+
+    real = backend.ensure_schema
+    calls: list[int] = []
+
+    async def ended_once(conn, cfg, *, create):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            conn.terminate()  # the server's side of it: the session is gone mid-open
+            raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        return await real(conn, cfg, create=create)
+
+    monkeypatch.setattr(backend, "ensure_schema", ended_once)
+    async with workhive.open(url) as hive:
+        await hive.pool("jobs").push("still fine")
+        assert (await hive.pool("jobs").stats()).pending == 1
+    assert len(calls) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_session_ended_on_every_try_gives_up_within_retry_for_naming_the_server(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workhive_postgres import backend
+
+    async def always_ended(conn, cfg, *, create):  # type: ignore[no-untyped-def]
+        raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    monkeypatch.setattr(backend, "ensure_schema", always_ended)
+    hive = workhive.open(pg_server.url_for(schema) + "&retry_for=0.3")
+    with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1:5432"):
+        await hive.open()

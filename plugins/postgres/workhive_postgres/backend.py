@@ -88,6 +88,30 @@ class _Rerun(Exception):
     """Raised by a recovery check: the in-flight call was not applied and may simply run again."""
 
 
+class _LostWhileOpening(Exception):
+    """The server ended a session the hive was opening on; ``cause`` is the driver's error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _ended_by_server(exc: BaseException) -> bool:
+    # An established session that went away, not a server that cannot be reached or logged into.
+    import asyncpg
+
+    return isinstance(
+        exc,
+        (
+            asyncpg.exceptions.ConnectionDoesNotExistError,
+            asyncpg.exceptions.InternalClientError,
+            asyncpg.exceptions.AdminShutdownError,
+            ConnectionResetError,
+            BrokenPipeError,
+        ),
+    ) or (isinstance(exc, asyncpg.exceptions.InterfaceError) and "closed" in str(exc))
+
+
 async def _keep_session(conn: Any) -> None:
     """Returning a connection to the pool changes nothing on the server.
 
@@ -186,6 +210,30 @@ class PostgresStorage:
 
         self._released_error = asyncpg.exceptions.InterfaceError
         cfg = self.config
+        # A session the server ends while the hive opens (a restart, pg_terminate_backend, a
+        # dropped network) is opened again, within retry_for. A server that cannot be reached
+        # at all, or refuses the login, is reported at once: that is the URL or the server.
+        deadline = time.monotonic() + cfg.retry_for
+        attempt = 0
+        while True:
+            try:
+                self._pool = await self._open_pool(asyncpg)
+                return
+            except _LostWhileOpening as lost:
+                attempt += 1
+                pause = self._backoff.delay(attempt)
+                if time.monotonic() + pause > deadline:
+                    raise open_failure(cfg, lost.cause) from None
+                logger.warning(
+                    "connection to PostgreSQL at %s lost while opening (%s); retrying (attempt %d)",
+                    cfg.where,
+                    type(lost.cause).__name__,
+                    attempt,
+                )
+                await asyncio.sleep(pause)
+
+    async def _open_pool(self, asyncpg: Any) -> Any:
+        cfg = self.config
         try:
             pool = await asyncpg.create_pool(
                 **cfg.connect_kwargs(),
@@ -197,6 +245,8 @@ class PostgresStorage:
         except WorkhiveError:
             raise
         except Exception as exc:
+            if _ended_by_server(exc):
+                raise _LostWhileOpening(exc) from None
             raise open_failure(cfg, exc) from None
         try:
             async with pool.acquire() as conn:
@@ -205,10 +255,13 @@ class PostgresStorage:
             await pool.close()
             raise
         except Exception as exc:
-            await pool.close()
+            pool.terminate()
+            if _ended_by_server(exc):
+                raise _LostWhileOpening(exc) from None
             if is_connection_loss(exc):
                 raise open_failure(cfg, exc) from None
             raise statement_failure(cfg, exc, "opening the hive") from None
+        return pool
         self._pool = pool
 
     async def close(self) -> None:
