@@ -56,6 +56,7 @@ from workhive.models import (
     WorkItem,
 )
 from workhive_postgres.failures import (
+    ended_by_server,
     is_connection_loss,
     is_retryable_conflict,
     open_failure,
@@ -94,22 +95,6 @@ class _LostWhileOpening(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-def _ended_by_server(exc: BaseException) -> bool:
-    # An established session that went away, not a server that cannot be reached or logged into.
-    import asyncpg
-
-    return isinstance(
-        exc,
-        (
-            asyncpg.exceptions.ConnectionDoesNotExistError,
-            asyncpg.exceptions.InternalClientError,
-            asyncpg.exceptions.AdminShutdownError,
-            ConnectionResetError,
-            BrokenPipeError,
-        ),
-    ) or (isinstance(exc, asyncpg.exceptions.InterfaceError) and "closed" in str(exc))
 
 
 async def _keep_session(conn: Any) -> None:
@@ -245,7 +230,7 @@ class PostgresStorage:
         except WorkhiveError:
             raise
         except Exception as exc:
-            if _ended_by_server(exc):
+            if ended_by_server(exc):
                 raise _LostWhileOpening(exc) from None
             raise open_failure(cfg, exc) from None
         try:
@@ -256,13 +241,12 @@ class PostgresStorage:
             raise
         except Exception as exc:
             pool.terminate()
-            if _ended_by_server(exc):
+            if ended_by_server(exc):
                 raise _LostWhileOpening(exc) from None
             if is_connection_loss(exc):
                 raise open_failure(cfg, exc) from None
             raise statement_failure(cfg, exc, "opening the hive") from None
         return pool
-        self._pool = pool
 
     async def close(self) -> None:
         listener, self._listener = self._listener, None

@@ -12,7 +12,14 @@ from typing import Any
 from workhive.errors import InvalidArgument, InvalidItem, StorageError, StorageUnavailable, WorkhiveError
 from workhive_postgres.url import PostgresConfig
 
-__all__ = ["connection_errors", "is_connection_loss", "is_retryable_conflict", "open_failure", "statement_failure"]
+__all__ = [
+    "connection_errors",
+    "ended_by_server",
+    "is_connection_loss",
+    "is_retryable_conflict",
+    "open_failure",
+    "statement_failure",
+]
 
 
 def connection_errors() -> tuple[type[BaseException], ...]:
@@ -29,20 +36,35 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+def ended_by_server(exc: BaseException) -> bool:
+    """An established session went away (ended by the server or the network), not one never made."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.exceptions.InterfaceError):
+        # Only "connection closed"/"does not exist" flavours; misuse is a bug, not a loss.
+        return "closed" in str(exc)
+    return isinstance(
+        exc,
+        (
+            # "cannot switch to state …; another operation is in progress": the server ended
+            # the session (pg_terminate_backend) while the connection sat idle in the pool.
+            asyncpg.exceptions.InternalClientError,
+            asyncpg.exceptions.ConnectionDoesNotExistError,
+            asyncpg.exceptions.AdminShutdownError,
+            ConnectionResetError,
+            BrokenPipeError,
+        ),
+    )
+
+
 def is_connection_loss(exc: BaseException) -> bool:
     import asyncpg
 
     if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
         return False  # statement_timeout or a cancel: the statement failed, the connection is fine
-    if isinstance(exc, asyncpg.exceptions.InternalClientError):
-        # "cannot switch to state …; another operation is in progress": the server ended
-        # the session (pg_terminate_backend) while the connection sat idle in the pool.
-        return True
     if isinstance(exc, asyncpg.exceptions.InterfaceError):
-        # Only "connection closed"/"does not exist" flavours; misuse is a bug, not a loss.
-        text = str(exc)
-        return isinstance(exc, asyncpg.exceptions.ConnectionDoesNotExistError) or "closed" in text
-    return isinstance(exc, connection_errors())
+        return ended_by_server(exc)  # a closed connection; any other InterfaceError is misuse, not a loss
+    return ended_by_server(exc) or isinstance(exc, connection_errors())
 
 
 def is_retryable_conflict(exc: BaseException) -> bool:
