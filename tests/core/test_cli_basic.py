@@ -129,8 +129,10 @@ class TestErrors:
         code, _, err = run_main(capsys, "--storage", "hive.db", "status")
         assert_one_line_error(code, err, "has no scheme")
 
-    def test_bad_setting_in_environment(self, capsys: pytest.CaptureFixture[str]) -> None:
-        os.environ["WORKHIVE_MAX_ATTEMPTS"] = "lots"
+    def test_bad_setting_in_environment(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("WORKHIVE_MAX_ATTEMPTS", "lots")  # undone after the test: later tests read the env
         code, _, err = run_main(capsys, "status")
         assert_one_line_error(code, err, "WORKHIVE_MAX_ATTEMPTS")
 

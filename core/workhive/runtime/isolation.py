@@ -51,6 +51,11 @@ class IsolationGate:
         self._waiting_exclusive = 0
         self._changed = asyncio.Event()
 
+    @property
+    def exclusive_wanted(self) -> bool:
+        """An item runs alone, or waits to: nothing new may start (read from any thread)."""
+        return self._exclusive or self._waiting_exclusive > 0
+
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
