@@ -251,3 +251,28 @@ class TestIsolationGate:
             return order
 
         assert asyncio.run(main()) == ["a start", "a end", "suspect start", "suspect end", "b start", "b end"]
+
+
+class TestStatsGap:
+    """How often the supervisor counts the pool: a share of the store's time, never past the drain."""
+
+    def test_a_quick_read_is_repeated_at_the_base_interval(self):
+        from workhive.runtime.supervisor import STATS_EVERY, stats_gap
+
+        assert stats_gap(0.001, 10, None, None) == STATS_EVERY
+        assert stats_gap(0.001, 10, 20, 0.2) == STATS_EVERY
+
+    def test_a_slow_read_is_repeated_in_proportion_to_its_cost(self):
+        from workhive.runtime.supervisor import STATS_COST_FACTOR, stats_gap
+
+        # A pool not draining (nothing finished since the last read): the cost alone decides.
+        assert stats_gap(0.15, 1_000_000, 1_000_000, 3.0) == pytest.approx(0.15 * STATS_COST_FACTOR)
+        assert stats_gap(0.15, 1_000_000, None, None) == pytest.approx(0.15 * STATS_COST_FACTOR)
+
+    def test_a_pool_about_to_drain_is_read_when_it_should_be_empty(self):
+        from workhive.runtime.supervisor import STATS_EVERY, stats_gap
+
+        # 10,000 items/s with 5,000 left: read again in 0.5 s, not after the 3 s the cost allows.
+        assert stats_gap(0.15, 5_000, 35_000, 3.0) == pytest.approx(0.5)
+        # ...but never more often than the base interval.
+        assert stats_gap(0.15, 10, 35_000, 3.0) == STATS_EVERY

@@ -73,7 +73,12 @@ __all__ = ["Supervisor"]
 log = logging.getLogger("workhive.runtime.supervisor")
 
 TICK = 0.05
+#: the pool's counts are read at most this often; a read that takes long (``stats`` counts a
+#: whole pool, done items included) is repeated only STATS_COST_FACTOR times its duration
+#: later, so the supervisor's reads stay a small share of the store's work however big the
+#: pool grows, except when the pool is expected to drain sooner (see ``stats_gap``)
 STATS_EVERY = 0.2
+STATS_COST_FACTOR = 20.0
 PROGRESS_EVERY = 1.0
 MAX_STARTUP_FAILURES = 3
 MAX_RESTARTS_PER_MINUTE = 30
@@ -136,6 +141,35 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def remaining(stats: PoolStats) -> int:
+    """Items not finished yet: ready, delayed or claimed."""
+    return stats.pending + stats.delayed + stats.claimed
+
+
+def stats_gap(took: float, left: int, left_before: int | None, since: float | None) -> float:
+    """Seconds until the supervisor reads the pool's counts again.
+
+    ``took``: how long this read took; ``left``: items not finished now; ``left_before``
+    and ``since``: the same at the previous read and the seconds between the two.
+    A slow read is repeated STATS_COST_FACTOR times its duration later; but when the
+    pool, finishing items at the rate seen between the reads, would drain before
+    that, the next read comes when it should have drained (at least STATS_EVERY
+    later), so ``--until-empty`` ends without waiting out a long gap.
+
+    >>> stats_gap(0.001, 500, None, None)
+    0.2
+    >>> stats_gap(0.1, 100_000, 110_000, 2.0)  # 5,000 items/s: 20 s to go, reads 2 s apart
+    2.0
+    >>> stats_gap(0.1, 4_000, 14_000, 2.0)  # 0.8 s to go
+    0.8
+    """
+    gap = max(STATS_EVERY, STATS_COST_FACTOR * took)
+    if left_before is not None and since and left_before > left:
+        drains_in = left / ((left_before - left) / since)
+        gap = min(gap, max(STATS_EVERY, drains_in))
+    return gap
+
+
 class Supervisor:
     """Runs one fleet; see the module docstring. Use ``run_fleet`` rather than this class."""
 
@@ -171,6 +205,7 @@ class Supervisor:
         self.restart_at = 0.0
         self.started = time.monotonic()
         self.stats: PoolStats | None = None
+        self._stats_read_at: float | None = None
         self.storage_failures = 0
         self.left_to_expire = 0  # dead workers whose claims could not be released
         self.put_back = 0  # claims released after a second signal
@@ -668,12 +703,21 @@ class Supervisor:
                 continue
             if now >= next_stats:
                 try:
+                    before = self.stats
                     self.stats = await self.pool.stats()
                 except WorkhiveError as exc:
                     next_stats = now + self._storage_fault(exc)
                     continue
                 else:
-                    next_stats = now + STATS_EVERY
+                    read_at, last_read_at = time.monotonic(), self._stats_read_at
+                    self._stats_read_at = read_at
+                    gap = stats_gap(
+                        read_at - now,
+                        remaining(self.stats),
+                        None if before is None or last_read_at is None else remaining(before),
+                        None if last_read_at is None else read_at - last_read_at,
+                    )
+                    next_stats = read_at + gap
                     if self._baseline is None:
                         self._baseline = self.stats
                     if self.storage_failures:
