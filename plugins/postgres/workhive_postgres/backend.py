@@ -2,7 +2,7 @@
 
 Model
 -----
-* One asyncpg connection pool per storage object; every connection's
+* One pool of asyncpg connections per storage object (``connections``); every connection's
   ``search_path`` is the hive's schema, and every statement is one of the
   named statements in ``sql/queries.sql``. Most operations are one statement
   in autocommit: one round trip, one commit.
@@ -55,6 +55,7 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive_postgres.connections import ConnectionPool
 from workhive_postgres.failures import (
     ended_by_server,
     is_connection_loss,
@@ -81,10 +82,6 @@ _COPY_COLUMNS = ("id", "pool", "payload", "state", "priority", "max_attempts", "
 CONFLICT_RETRIES = 20
 
 
-class _NeverRaised(Exception):
-    """Stands in for asyncpg's InterfaceError before asyncpg is loaded."""
-
-
 class _Rerun(Exception):
     """Raised by a recovery check: the in-flight call was not applied and may simply run again."""
 
@@ -95,16 +92,6 @@ class _LostWhileOpening(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-async def _keep_session(conn: Any) -> None:
-    """Returning a connection to the pool changes nothing on the server.
-
-    asyncpg's default reset is a round trip per release (unlock, close, unlisten,
-    reset all): it doubled the cost of every one-statement call. These sessions
-    hold no state to reset: no SET, no LISTEN, no session advisory lock, and every
-    transaction is closed by its ``async with`` (asyncpg still rolls back one left open).
-    """
 
 
 def _id(number: int) -> str:
@@ -173,7 +160,6 @@ class PostgresStorage:
         self._backoff = backoff if backoff is not None else FullJitter(base=0.05, cap=2.0)
         self._pool: Any = None
         #: what asyncpg raises for a connection it already took back (asyncpg.InterfaceError, once loaded)
-        self._released_error: type[Exception] = _NeverRaised
         self._q = queries()
         self._channel = channel_for(self.config.schema)
         self._events: dict[str, asyncio.Event] = {}
@@ -193,7 +179,6 @@ class PostgresStorage:
             return
         import asyncpg
 
-        self._released_error = asyncpg.exceptions.InterfaceError
         cfg = self.config
         # A session the server ends while the hive opens (a restart, pg_terminate_backend, a
         # dropped network) is opened again, within retry_for. A server that cannot be reached
@@ -219,14 +204,10 @@ class PostgresStorage:
 
     async def _open_pool(self, asyncpg: Any) -> Any:
         cfg = self.config
+        settings = {"search_path": cfg.schema, "application_name": cfg.application_name}
+        pool = ConnectionPool(lambda: asyncpg.connect(**cfg.connect_kwargs(), server_settings=settings), cfg.pool_size)
         try:
-            pool = await asyncpg.create_pool(
-                **cfg.connect_kwargs(),
-                min_size=1,
-                max_size=cfg.pool_size,
-                server_settings={"search_path": cfg.schema, "application_name": cfg.application_name},
-                reset=_keep_session,
-            )
+            conn = await pool.acquire()
         except WorkhiveError:
             raise
         except Exception as exc:
@@ -234,18 +215,21 @@ class PostgresStorage:
                 raise _LostWhileOpening(exc) from None
             raise open_failure(cfg, exc) from None
         try:
-            async with pool.acquire() as conn:
-                await ensure_schema(conn, cfg, create=self.create)
+            await ensure_schema(conn, cfg, create=self.create)
         except WorkhiveError:
+            pool.release(conn)
             await pool.close()
             raise
         except Exception as exc:
+            conn.terminate()
+            pool.release(conn)
             pool.terminate()
             if ended_by_server(exc):
                 raise _LostWhileOpening(exc) from None
             if is_connection_loss(exc):
                 raise open_failure(cfg, exc) from None
             raise statement_failure(cfg, exc, "opening the hive") from None
+        pool.release(conn)
         return pool
 
     async def close(self) -> None:
@@ -311,14 +295,10 @@ class PostgresStorage:
                     return await fn(conn, *args)
                 except BaseException as exc:
                     if not isinstance(exc, Exception) or is_connection_loss(exc):
-                        # Never hand a broken (or cancelled mid-statement) connection out again.
-                        # asyncpg may have taken a closed one back already: then there is nothing to do.
-                        with contextlib.suppress(self._released_error):
-                            conn.terminate()
+                        conn.terminate()  # never hand a broken (or cancelled mid-statement) connection out again
                     raise
                 finally:
-                    with contextlib.suppress(self._released_error):
-                        await pool.release(conn)
+                    pool.release(conn)
             except (WorkhiveError, _Rerun):
                 raise
             except Exception as exc:
