@@ -17,7 +17,8 @@ the baseline measured in this run:
   ``complete_and_claim`` at 16, ``claim_many(100)`` + ``complete_many``, push
   one at a time and ``push_many``.
 * ``workhive work`` end to end (``run_fleet``: worker processes spawned,
-  registered, heartbeating, a no-op handler) from start until the pool drained.
+  registered, heartbeating, a no-op handler) from start until the pool drained,
+  with ``work``'s defaults (``--work-*`` to change them).
 * pgqueuer (batch 10, its default, and batch 100) and procrastinate
   (concurrency 8) draining the same number of no-op jobs; their batched enqueue.
 * idle pickup latency p50/p95 for each: with the system idle, push one job and
@@ -502,9 +503,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke check")
     parser.add_argument("--latency-samples", type=int, default=30)
+    # `workhive work`'s own defaults on a 2-core machine: a process per core, one worker each,
+    # claims growing while handlers are quick (batch 1 = adaptive). More workers per process
+    # only add claimers racing for the same rows: 2 x 4 with batches of 100 drained slower.
     parser.add_argument("--work-processes", type=int, default=2)
-    parser.add_argument("--work-concurrency", type=int, default=4)
-    parser.add_argument("--work-batch", type=int, default=100)
+    parser.add_argument("--work-concurrency", type=int, default=1)
+    parser.add_argument("--work-batch", type=int, default=1, help="items per claim; 1 = adaptive (the default)")
     args = parser.parse_args()
     n_item, n_batch, n_push, n_work, n_peer, n_proc = (
         (2_000, 5_000, 20_000, 5_000, 5_000, 500) if args.quick else (10_000, 50_000, 100_000, 50_000, 20_000, 2_000)
@@ -532,10 +536,8 @@ def main() -> int:
         work_rate, work_latency = bench_workhive_work(
             n_work, samples, Path(tmp), args.work_processes, args.work_concurrency, args.work_batch
         )
-    label = (
-        f"workhive work end to end, no-op ({args.work_processes} proc x {args.work_concurrency}, "
-        f"batch {args.work_batch})"
-    )
+    batch = "adaptive batch" if args.work_batch == 1 else f"batch {args.work_batch}"
+    label = f"workhive work end to end, no-op ({args.work_processes} proc x {args.work_concurrency}, {batch})"
     emit(label, work_rate, "jobs/s")
 
     pgq = asyncio.run(bench_pgqueuer(n_peer, samples))
