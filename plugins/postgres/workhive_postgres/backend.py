@@ -30,7 +30,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from workhive.backoff import FullJitter
@@ -431,19 +431,25 @@ class PostgresStorage:
     async def _push_copy(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
         """A large push: item numbers taken in one statement, the rows sent with COPY, one transaction."""
         q = self._q
+        ids: list[str] = []
         async with conn.transaction():
             numbers = [r[0] for r in await conn.fetch(q["allocate_ids"], len(items))]
             now = float(await conn.fetchval(q["now"], self._off()))
-            records = [
-                (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay)
-                for n, i in zip(numbers, items)
-            ]
+
+            def records() -> Iterator[tuple[Any, ...]]:
+                # Built while asyncpg streams them, so this process's share of the work
+                # (rows and id strings) overlaps the server's (parsing rows, index entries).
+                append = ids.append
+                for n, i in zip(numbers, items):
+                    append(_id(n))
+                    yield (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay)
+
             await conn.copy_records_to_table(
-                "items", records=records, columns=_COPY_COLUMNS, schema_name=self.config.schema
+                "items", records=records(), columns=_COPY_COLUMNS, schema_name=self.config.schema
             )
             await conn.execute(q["record_pool"], pool)
             await conn.execute(q["notify"], self._channel, pool)
-        return [_id(n) for n in numbers]
+        return ids
 
     async def _push_keyed(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
         async with conn.transaction():
