@@ -159,7 +159,6 @@ class PostgresStorage:
         self._offset = clock_offset
         self._backoff = backoff if backoff is not None else FullJitter(base=0.05, cap=2.0)
         self._pool: Any = None
-        #: what asyncpg raises for a connection it already took back (asyncpg.InterfaceError, once loaded)
         self._q = queries()
         self._channel = channel_for(self.config.schema)
         self._events: dict[str, asyncio.Event] = {}
