@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from types import SimpleNamespace
 
@@ -212,3 +213,94 @@ def test_a_claim_started_alone_is_the_culprit_even_beside_unacknowledged_ones():
     innocent, culprit = asyncio.run(main())
     assert innocent.state is ItemState.PENDING and innocent.attempts == 0  # refunded
     assert culprit.attempts == 1 and "alone" in culprit.error  # spent, with the reason
+
+
+class TestRanDry:
+    """With --until-empty the run ends when the last item does, not at the next periodic count."""
+
+    @pytest.fixture(autouse=True)
+    def handlers_on_path(self, monkeypatch):
+        from pathlib import Path
+
+        monkeypatch.syspath_prepend(str(Path(__file__).parent))
+
+    @staticmethod
+    async def _events_until_first_empty_claim(monkeypatch, items: int) -> list[list]:
+        """Run one process's workers on ``items`` no-op items and stop it after its first empty claim."""
+        import workhive
+        from workhive.runtime.process import ProcessRuntime
+
+        async with workhive.open("memory://") as hive:
+            if items:
+                await hive.pool("jobs").push_many([{"n": n} for n in range(items)])
+            sink = ListSink()
+            runtime = ProcessRuntime(FleetOptions(pool="jobs", handler="handlers:noop"), hive=hive, sink=sink)
+            claim_many = type(runtime.pool).claim_many
+
+            async def claim_then_stop_when_empty(self, *args, **kwargs):
+                claimed = await claim_many(self, *args, **kwargs)
+                if not claimed:
+                    # Stopped from the loop's next pass: the worker finishes this claim's handling first.
+                    asyncio.get_running_loop().call_soon(runtime.request_stop, 0, "test")
+                return claimed
+
+            monkeypatch.setattr(type(runtime.pool), "claim_many", claim_then_stop_when_empty)
+            await asyncio.wait_for(runtime.run(), 30)
+            return sink.events
+
+    def test_a_worker_says_once_when_its_claims_start_coming_back_empty(self, monkeypatch):
+        kinds = [e[0] for e in asyncio.run(self._events_until_first_empty_claim(monkeypatch, 5))]
+        assert kinds.count("ran_dry") == 1
+        assert kinds.index("ran_dry") > max(i for i, k in enumerate(kinds) if k == "done")
+
+    def test_a_worker_that_never_found_work_says_nothing(self, monkeypatch):
+        kinds = [e[0] for e in asyncio.run(self._events_until_first_empty_claim(monkeypatch, 0))]
+        assert "ran_dry" not in kinds
+
+    @pytest.mark.asyncio
+    @pytest.mark.parametrize("until_empty", [True, False])
+    async def test_ran_dry_brings_the_next_count_forward_only_for_until_empty(self, monkeypatch, until_empty):
+        import workhive
+        from workhive.runtime import supervisor as sup_module
+        from workhive.runtime.options import ExitCode
+
+        # The periodic read never comes again after the first: only RAN_DRY can end the run.
+        monkeypatch.setattr(sup_module, "STATS_EVERY", 3600.0)
+        monkeypatch.setattr(sup_module.Supervisor, "_spawn", lambda self: None)
+        async with workhive.open("memory://") as hive:
+            pool = hive.pool("jobs")
+            await pool.push({"n": 1})
+            [item] = await pool.claim_many(1, "w1", lease=60)
+            options = FleetOptions(pool="jobs", handler="m:f", processes=1, until_empty=until_empty)
+            sup = sup_module.Supervisor(options, hive, None)
+            loop = asyncio.create_task(sup._loop())
+            try:
+                for _ in range(200):  # the first read happens on the loop's first pass
+                    if sup.stats is not None:
+                        break
+                    await asyncio.sleep(0.01)
+                assert sup.stats is not None and sup.stats.claimed == 1
+                await pool.complete(item)
+                reads = 0
+                original = type(pool).stats
+
+                async def counted(self):
+                    nonlocal reads
+                    reads += 1
+                    return await original(self)
+
+                monkeypatch.setattr(type(pool), "stats", counted)
+                await asyncio.sleep(0.2)  # several loop passes: nothing reads the pool again
+                assert reads == 0 and sup.result is None
+                sup._on_event(SimpleNamespace(unreported={}), ["ran_dry", "w1"])
+                if until_empty:
+                    await asyncio.wait_for(asyncio.shield(loop), 30)
+                    assert reads == 1
+                    assert sup.result == (ExitCode.DRAINED, "the pool drained")
+                else:
+                    await asyncio.sleep(0.2)
+                    assert reads == 0 and sup.result is None and not loop.done()
+            finally:
+                loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop

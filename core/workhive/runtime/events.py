@@ -38,6 +38,7 @@ START = "start"  # worker id, item id, token, alone (1: nothing else runs beside
 READY = "ready"  # the process loaded its handler and registered its workers
 FATAL = "fatal"  # exit code, message: the process cannot run (bad handler, storage down)
 BUDGET_WAIT = "budget_wait"  # seconds a worker waited for its key's rate budget before a call
+RAN_DRY = "ran_dry"  # worker id: a busy worker's claim found nothing (a hint that the pool may have drained)
 
 
 class EventSink(Protocol):

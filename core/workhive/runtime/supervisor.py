@@ -32,7 +32,9 @@ itself. Its loop ticks a few times a second:
 * workers on this host whose process is gone (PID check, ``workhive.liveness``)
   are reaped every ``GONE_EVERY`` seconds, without waiting for ``reap_after``;
 * ``until_empty``: once the pool has nothing pending, delayed or claimed,
-  the children are stopped and the run ends with ``ExitCode.DRAINED``;
+  the children are stopped and the run ends with ``ExitCode.DRAINED``; the
+  counts are read periodically, and at once when a busy worker's claim comes
+  back empty (``RAN_DRY``), so the run ends as soon as the last item does;
 * a storage fault that lasts (statistics reads failing ``MAX_STORAGE_FAILURES``
   times in a row with doubling pauses, or a corrupt store at once) ends the run
   with ``ExitCode.FAILURE`` and the fault as its one reason.
@@ -79,6 +81,10 @@ TICK = 0.05
 #: pool grows, except when the pool is expected to drain sooner (see ``stats_gap``)
 STATS_EVERY = 0.2
 STATS_COST_FACTOR = 20.0
+#: with --until-empty, a worker whose claim came back empty (a RAN_DRY event) has the counts
+#: read at once, the pool being likely drained; such early reads come at most every TICK
+#: and never more than one per RAN_DRY_COST_FACTOR times the last read's duration
+RAN_DRY_COST_FACTOR = 5.0
 PROGRESS_EVERY = 1.0
 MAX_STARTUP_FAILURES = 3
 MAX_RESTARTS_PER_MINUTE = 30
@@ -206,6 +212,8 @@ class Supervisor:
         self.started = time.monotonic()
         self.stats: PoolStats | None = None
         self._stats_read_at: float | None = None
+        self._ran_dry = False  # a RAN_DRY event came since the last read of the counts
+        self._early_read_at = 0.0  # when a RAN_DRY may next bring a read forward
         self.storage_failures = 0
         self.left_to_expire = 0  # dead workers whose claims could not be released
         self.put_back = 0  # claims released after a second signal
@@ -332,6 +340,10 @@ class Supervisor:
             child.worker_ids.add(event[1])
         elif kind == ev.WORKER_LOST:
             child.worker_ids.discard(event[1])
+        elif kind == ev.RAN_DRY:
+            if self.options.until_empty:
+                self._ran_dry = True
+                self._wakeup.set()
         elif kind == ev.FATAL:
             child.fatal = (int(event[1]), str(event[2]))
         elif kind == ev.DONE:
@@ -701,7 +713,8 @@ class Supervisor:
                     log.error("worker processes did not stop within grace + 10s; killing them")
                     return
                 continue
-            if now >= next_stats:
+            if now >= next_stats or (self._ran_dry and now >= self._early_read_at):
+                self._ran_dry = False
                 try:
                     before = self.stats
                     self.stats = await self.pool.stats()
@@ -718,6 +731,7 @@ class Supervisor:
                         None if last_read_at is None else read_at - last_read_at,
                     )
                     next_stats = read_at + gap
+                    self._early_read_at = read_at + max(TICK, RAN_DRY_COST_FACTOR * (read_at - now))
                     if self._baseline is None:
                         self._baseline = self.stats
                     if self.storage_failures:

@@ -180,6 +180,9 @@ class Worker:
                 self.storage_faults = 0  # storage answered and there is nothing to do: no fault
                 if not idle:
                     idle = True
+                    # Before the status write: the supervisor of an --until-empty run reads the
+                    # pool's counts on this hint instead of at its next periodic read.
+                    rt.emit(ev.RAN_DRY, self.worker_id)
                     self._status(WorkerStatus.IDLE, None)
                 await rt.idle.wait()
                 continue
