@@ -271,35 +271,35 @@ class TestRanDry:
             pool = hive.pool("jobs")
             await pool.push({"n": 1})
             [item] = await pool.claim_many(1, "w1", lease=60)
+            reads = 0
+            first_read = asyncio.Event()
+            original = type(pool).stats
+
+            async def counted(self):
+                nonlocal reads
+                stats = await original(self)
+                reads += 1
+                first_read.set()
+                return stats
+
+            monkeypatch.setattr(type(pool), "stats", counted)
             options = FleetOptions(pool="jobs", handler="m:f", processes=1, until_empty=until_empty)
             sup = sup_module.Supervisor(options, hive, None)
             loop = asyncio.create_task(sup._loop())
             try:
-                for _ in range(200):  # the first read happens on the loop's first pass
-                    if sup.stats is not None:
-                        break
-                    await asyncio.sleep(0.01)
-                assert sup.stats is not None and sup.stats.claimed == 1
+                await asyncio.wait_for(first_read.wait(), 30)  # on the loop's first pass
+                assert reads == 1 and sup.stats is not None and sup.stats.claimed == 1
                 await pool.complete(item)
-                reads = 0
-                original = type(pool).stats
-
-                async def counted(self):
-                    nonlocal reads
-                    reads += 1
-                    return await original(self)
-
-                monkeypatch.setattr(type(pool), "stats", counted)
                 await asyncio.sleep(0.2)  # several loop passes: nothing reads the pool again
-                assert reads == 0 and sup.result is None
+                assert reads == 1 and sup.result is None
                 sup._on_event(SimpleNamespace(unreported={}), ["ran_dry", "w1"])
                 if until_empty:
                     await asyncio.wait_for(asyncio.shield(loop), 30)
-                    assert reads == 1
+                    assert reads == 2
                     assert sup.result == (ExitCode.DRAINED, "the pool drained")
                 else:
                     await asyncio.sleep(0.2)
-                    assert reads == 0 and sup.result is None and not loop.done()
+                    assert reads == 1 and sup.result is None and not loop.done()
             finally:
                 loop.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
