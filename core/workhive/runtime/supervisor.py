@@ -34,7 +34,7 @@ itself. Its loop ticks a few times a second:
 * ``until_empty``: once the pool has nothing pending, delayed or claimed,
   the children are stopped and the run ends with ``ExitCode.DRAINED``; the
   counts are read periodically, and at once when a busy worker's claim comes
-  back empty (``RAN_DRY``), so the run ends as soon as the last item does;
+  back empty (``RAN_DRY``), so the run ends soon after the last item does;
 * a storage fault that lasts (statistics reads failing ``MAX_STORAGE_FAILURES``
   times in a row with doubling pauses, or a corrupt store at once) ends the run
   with ``ExitCode.FAILURE`` and the fault as its one reason.
