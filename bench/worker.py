@@ -33,8 +33,8 @@ from typing import Any
 from support.procs import env_with_path, wait_for_lines
 
 HERE = Path(__file__).resolve().parent
+PEERS = HERE / "peers"  # huey's tasks (see peers/huey_tasks.py for why they are not here)
 STAMP_FILE = os.environ.get("BENCH_STAMP_FILE")
-HUEY_DB = os.environ.get("BENCH_HUEY_DB")
 
 
 # -- handlers (imported by worker processes as ``worker:noop``) --------------------
@@ -47,22 +47,6 @@ def stamp(ctx: Any) -> None:
     assert STAMP_FILE is not None
     with open(STAMP_FILE, "a") as f:
         f.write(f"{ctx.data['i']} {time.time()}\n")
-
-
-if HUEY_DB:  # the huey side, imported by huey_consumer as ``worker.huey``
-    from huey import SqliteHuey
-
-    huey = SqliteHuey(filename=HUEY_DB, results=False)
-
-    @huey.task()
-    def huey_noop() -> None:
-        return None
-
-    @huey.task()
-    def huey_stamp(i: int) -> None:
-        assert STAMP_FILE is not None
-        with open(STAMP_FILE, "a") as f:
-            f.write(f"{i} {time.time()}\n")
 
 
 def _latencies(push_one, stamp_file: Path, samples: int) -> list[float]:
@@ -134,24 +118,18 @@ def bench_huey(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]] 
         return None
     db = tmp / "huey.db"
     stamp_file = tmp / "huey-stamps.txt"
-    env = env_with_path(HERE, BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
+    env = env_with_path(PEERS, BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
     os.environ.update(BENCH_HUEY_DB=str(db), BENCH_STAMP_FILE=str(stamp_file))
-    global HUEY_DB, STAMP_FILE
-    HUEY_DB, STAMP_FILE = str(db), str(stamp_file)
     from huey import SqliteHuey
 
     queue = SqliteHuey(filename=str(db), results=False)
-    sys.path.insert(0, str(HERE))
-    import importlib
-
-    import worker as this  # the module the consumer imports; reloaded so its huey tasks exist
-
-    this = importlib.reload(this)
+    sys.path.insert(0, str(PEERS))
+    import huey_tasks  # the module the consumer imports, with its tasks now that BENCH_HUEY_DB is set
 
     for _ in range(jobs):
-        this.huey_noop()
+        huey_tasks.huey_noop()
     consumer_cmd = [
-        sys.executable, "-m", "huey.bin.huey_consumer", "worker.huey",
+        sys.executable, "-m", "huey.bin.huey_consumer", "huey_tasks.huey",
         "-k", "process", "-w", "2", "-d", "0.01", "-m", "0.05", "-n", "-q",
     ]  # fmt: skip
     t0 = time.perf_counter()
@@ -160,7 +138,7 @@ def bench_huey(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]] 
         while queue.pending_count() > 0:
             time.sleep(0.005)
         rate = jobs / (time.perf_counter() - t0)
-        lat = _latencies(lambda i: this.huey_stamp(i), stamp_file, samples)
+        lat = _latencies(lambda i: huey_tasks.huey_stamp(i), stamp_file, samples)
     finally:
         consumer.send_signal(signal.SIGINT)
         try:
