@@ -15,6 +15,12 @@ import pytest
 HERE = Path(__file__).parent
 
 
+@pytest.fixture
+def handlers_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This directory on ``sys.path``, so in-process runs can import ``handlers:...``."""
+    monkeypatch.syspath_prepend(str(HERE))
+
+
 def fleet_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))

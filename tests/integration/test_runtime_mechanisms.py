@@ -215,14 +215,9 @@ def test_a_claim_started_alone_is_the_culprit_even_beside_unacknowledged_ones():
     assert culprit.attempts == 1 and "alone" in culprit.error  # spent, with the reason
 
 
+@pytest.mark.usefixtures("handlers_on_path")
 class TestRanDry:
     """With --until-empty the run ends when the last item does, not at the next periodic count."""
-
-    @pytest.fixture(autouse=True)
-    def handlers_on_path(self, monkeypatch):
-        from pathlib import Path
-
-        monkeypatch.syspath_prepend(str(Path(__file__).parent))
 
     @staticmethod
     async def _events_until_first_empty_claim(monkeypatch, items: int) -> list[list]:

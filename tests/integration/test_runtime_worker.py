@@ -12,14 +12,7 @@ from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.process import ProcessRuntime
 
 pytest.importorskip("workhive_memory")
-pytestmark = pytest.mark.usefixtures("handlers_on_path")
-
-
-@pytest.fixture
-def handlers_on_path(monkeypatch):
-    from pathlib import Path
-
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+pytestmark = pytest.mark.usefixtures("handlers_on_path")  # the fixture is in conftest.py
 
 
 async def run_until_empty(hive, handler: str, *, health: HealthPolicy | None = None, **options):
