@@ -738,7 +738,7 @@ class Supervisor:
                         log.warning("storage answers again after %d failed reads", self.storage_failures)
                         self.storage_failures = 0
                     await self._sample_metrics()
-                    if self.options.until_empty and self.stats.pending + self.stats.delayed + self.stats.claimed == 0:
+                    if self.options.until_empty and remaining(self.stats) == 0:
                         self._finish(ExitCode.DRAINED, "the pool drained")
                         continue
                     self._scale(self.stats)
