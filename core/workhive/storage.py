@@ -86,7 +86,8 @@ expiry                      X2    a settled expiry is PENDING available from its
                                   time (not from when it was noticed), attempts kept.         [model]
 expiry                      X3    with ``attempts >= max_attempts`` it becomes POISONED       repeated_lease_expiry_poisons_the_item,
                                   instead, ``error`` containing "lease expired",              an_expired_lease_poisons_with_a_lease_expired_error,
-                                  ``finished_at`` between the expiry and now.                 complete_and_claim_poisons_a_spent_expired_lease
+                                  ``finished_at`` between the expiry and now. Poisoned        complete_and_claim_poisons_a_spent_expired_lease,
+                                  leases never count against a claim's ``limit``.             a_spent_expired_lease_first_in_order...
 get                         G1    ``get(pool, id)``: that pool's item or None (an id of       get_is_scoped_to_its_pool, [model]
                                   another pool, or of another shape, is None).
 list_items                  L1    items of one state in push order, ``limit``/``offset``.     items_lists_by_state_oldest_first,

@@ -551,6 +551,35 @@ class StorageContract:
         assert (await pool.get(fine.id)).state is ItemState.DONE
 
     @pytest.mark.asyncio
+    async def test_a_spent_expired_lease_first_in_order_does_not_hide_the_items_after_it(
+        self, hive: Hive, clock: ManualClock | None, lease: float
+    ) -> None:
+        """[C1][X3] spent expired leases ahead in claim order are poisoned, and the claim still takes what follows.
+
+        A backend that settles expiries as it reads its claim order must not count
+        the ones it poisons against ``limit`` (nor return nothing while items wait).
+        """
+        pool = hive.pool("jobs")
+        await pool.push_many([Job("spent 1", priority=5, max_attempts=1), Job("spent 2", priority=5, max_attempts=1)])
+        spent = await pool.claim_many(2, "w1", lease=lease)
+        assert len(spent) == 2
+        holder = await pool.push("held", priority=9)
+        held = await self.must_claim(pool, "w2", lease=lease * 50)
+        assert held.id == holder
+        await pool.push_many(["a", "b", "c"])
+        await self.elapse(clock, lease * 1.5)
+        taken = await pool.claim_many(2, "w3")
+        assert [item.data for item in taken] == ["a", "b"]
+        for item in spent:
+            assert (await pool.get(item.id)).state is ItemState.POISONED
+        await pool.push("spent 3", priority=5, max_attempts=1)
+        await self.must_claim(pool, "w1", lease=lease)
+        await self.elapse(clock, lease * 1.5)
+        following = await pool.complete_and_claim(held, "ok", "w2")
+        assert following is not None and following.data == "c"
+        assert (await pool.stats()).poisoned == 3
+
+    @pytest.mark.asyncio
     async def test_complete_and_claim_under_concurrent_tasks_finishes_each_item_once(self, hive: Hive) -> None:
         pool = hive.pool("jobs")
         await pool.push_many(range(40))

@@ -486,7 +486,21 @@ class PostgresStorage:
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         rows = await conn.fetch(self._q["claim"], self._off(), pool, limit, worker_id, lease)
-        return [_claimed(r, pool, worker_id, lease) for r in _claim_order(rows)]
+        return await self._taken(conn, rows, pool, worker_id, limit, lease)
+
+    async def _taken(
+        self, conn: Any, rows: list[Any], pool: str, worker_id: str, limit: int, lease: float
+    ) -> list[WorkItem]:
+        """The items a claim statement took; claims again while spent leases it poisoned left it short."""
+        taken = [r for r in rows if r[12]]
+        short = len(taken) < len(rows)
+        while short and len(taken) < limit:
+            # Each round poisons at least one spent lease that ranked ahead, so this ends.
+            rows = await conn.fetch(self._q["claim"], self._off(), pool, limit - len(taken), worker_id, lease)
+            more = [r for r in rows if r[12]]
+            taken += more
+            short = len(more) < len(rows)
+        return [_claimed(r, pool, worker_id, lease) for r in _claim_order(taken)]
 
     async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
         if not acks:
@@ -557,8 +571,8 @@ class PostgresStorage:
         )
         if not rows or not rows[0][0]:
             return False, []
-        claimed = [r[1:] for r in rows if r[1] is not None]
-        return True, [_claimed(r, pool, worker_id, lease) for r in _claim_order(claimed)]
+        touched = [r[1:] for r in rows if r[1] is not None]
+        return True, await self._taken(conn, touched, pool, worker_id, limit, lease)
 
     async def fail(
         self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool

@@ -48,49 +48,34 @@ WHERE pool = $1 AND dedup_key = ANY($2::text[]) AND state IN ('pending', 'claime
 GROUP BY dedup_key;
 
 -- claim --
--- Take up to $3 claimable items of pool $2 for worker $4 with a lease of $5 s.
--- Candidates are the best ready items and the best expired leases (each read off
--- its partial index, locked with SKIP LOCKED so concurrent claimers never wait
--- for each other), merged in claim order; an expired lease counts as available
--- at its expiry. Expired leases with no attempts left are poisoned instead.
-WITH ready AS (
-    SELECT id, priority, available_at AS at FROM items
-    WHERE pool = $2 AND state = 'pending' AND available_at <= now_s($1)
-    ORDER BY priority DESC, available_at, id
-    LIMIT $3 FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, priority, lease_expires_at AS at FROM items
-    WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts < max_attempts
-    ORDER BY priority DESC, lease_expires_at, id
-    LIMIT $3 FOR UPDATE SKIP LOCKED
-), spent AS (
-    UPDATE items SET
-        state = 'poisoned',
-        error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
-                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
-        finished_at = now_s($1),
-        lease_expires_at = NULL, lease_seconds = NULL
-    WHERE id IN (
-        SELECT id FROM items
-        WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts >= max_attempts
-        FOR UPDATE SKIP LOCKED)
-), picked AS (
-    SELECT id, at FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
-    ORDER BY priority DESC, at, id
-    LIMIT $3
-)
+-- Take up to $3 claimable items of pool $2 for worker $4 with a lease of $5 s: the
+-- head of items_claimable, due entries only, locked with SKIP LOCKED so concurrent
+-- claimers never wait for each other. The head holds ready items and expired leases
+-- in claim order (an expired lease counts as available from its expiry, and keeps
+-- that time as its available_at). An expired lease with no attempts left is
+-- poisoned instead and comes back with taken = false: a caller that got fewer than
+-- $3 taken rows and some not taken claims again for the rest.
+-- The ids go through ARRAY(...) so the UPDATE finds its rows by primary key: as a
+-- join, a generic plan guesses a tenth of the index for LIMIT $3 and hashes the table.
 UPDATE items SET
-    state = 'claimed',
-    available_at = picked.at,
-    claimed_by = $4,
-    attempts = items.attempts + 1,
-    token = items.token + 1,
-    lease_seconds = $5,
-    lease_expires_at = now_s($1) + $5
-FROM picked
-WHERE items.id = picked.id
-RETURNING items.id, items.payload, items.priority, items.attempts, items.max_attempts, items.token,
-    items.created_at, items.available_at, items.lease_expires_at, items.dedup_key, items.error, items.releases;
+    state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
+    available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
+    claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $4::text ELSE claimed_by END,
+    attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
+    token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
+    lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $5::float8 END,
+    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $5::float8 END,
+    error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
+        ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
+    finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
+WHERE id = ANY (ARRAY (
+    SELECT id FROM items
+    WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
+    ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+    LIMIT $3 FOR UPDATE SKIP LOCKED))
+RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
+    dedup_key, error, releases, state = 'claimed' AS taken;
 
 -- complete_one --
 -- Mark item $3 of pool $2 done with result $5 if its claim (token $4) is current and unexpired.
@@ -110,52 +95,33 @@ RETURNING items.id;
 -- complete_and_claim --
 -- complete_one ($3 id, $4 token, $5 result) and, only if it was accepted, claim
 -- ($6 limit, $7 worker, $8 lease) in the same statement: one round trip and one
--- commit per item of a worker loop. One row per claimed item (or one row of NULLs),
--- each carrying whether the completion was accepted.
+-- commit per item of a worker loop. One row per row the claim touched (or one row of
+-- NULLs), each carrying whether the completion was accepted and, as in claim,
+-- whether the row was taken or poisoned.
 WITH done AS (
     UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
     WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
     RETURNING id
-), ready AS (
-    SELECT id, priority, available_at AS at FROM items
-    WHERE pool = $2 AND state = 'pending' AND available_at <= now_s($1) AND EXISTS (SELECT FROM done)
-    ORDER BY priority DESC, available_at, id
-    LIMIT $6 FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, priority, lease_expires_at AS at FROM items
-    WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts < max_attempts
-        AND EXISTS (SELECT FROM done)
-    ORDER BY priority DESC, lease_expires_at, id
-    LIMIT $6 FOR UPDATE SKIP LOCKED
-), spent AS (
-    UPDATE items SET
-        state = 'poisoned',
-        error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
-                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
-        finished_at = now_s($1),
-        lease_expires_at = NULL, lease_seconds = NULL
-    WHERE id IN (
-        SELECT id FROM items
-        WHERE pool = $2 AND state = 'claimed' AND lease_expires_at <= now_s($1) AND attempts >= max_attempts
-            AND EXISTS (SELECT FROM done)
-        FOR UPDATE SKIP LOCKED)
-), picked AS (
-    SELECT id, at FROM (SELECT * FROM ready UNION ALL SELECT * FROM expired) AS candidates
-    ORDER BY priority DESC, at, id
-    LIMIT $6
 ), claimed AS (
     UPDATE items SET
-        state = 'claimed',
-        available_at = picked.at,
-        claimed_by = $7,
-        attempts = items.attempts + 1,
-        token = items.token + 1,
-        lease_seconds = $8,
-        lease_expires_at = now_s($1) + $8
-    FROM picked
-    WHERE items.id = picked.id
-    RETURNING items.id, items.payload, items.priority, items.attempts, items.max_attempts, items.token,
-        items.created_at, items.available_at, items.lease_expires_at, items.dedup_key, items.error, items.releases
+        state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
+        available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
+        claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $7::text ELSE claimed_by END,
+        attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
+        token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
+        lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $8::float8 END,
+        lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $8::float8 END,
+        error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
+            ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
+        finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
+    WHERE id = ANY (ARRAY (
+        SELECT id FROM items
+        WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1) AND EXISTS (SELECT FROM done)
+        ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+        LIMIT $6 FOR UPDATE SKIP LOCKED))
+    RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
+        dedup_key, error, releases, state = 'claimed' AS taken
 )
 SELECT EXISTS (SELECT FROM done) AS accepted, claimed.*
 FROM (VALUES (1)) AS one (n) LEFT JOIN claimed ON true;
