@@ -29,6 +29,7 @@ from workhive.models import ItemState
 from workhive_postgres import PostgresStorage, parse_url
 from workhive_postgres.failures import open_failure
 from workhive_postgres.schema import SCHEMA_VERSION
+from workhive_postgres.sqlfiles import migrations
 
 SECRET = "pw-s3cr3t-never-shown"
 
@@ -126,6 +127,48 @@ async def test_fifty_processes_opening_at_once_migrate_once(url: str, schema: st
     await asyncio.gather(*tasks)
     rows = await sql(f'SELECT version, count(*) FROM "{schema}".migrations GROUP BY version ORDER BY version')
     assert [(r[0], r[1]) for r in rows] == [(v, 1) for v in range(1, SCHEMA_VERSION + 1)]
+
+
+@pytest.mark.asyncio
+async def test_a_version_2_hive_with_items_in_every_state_migrates_and_claims_in_order(url: str, schema: str) -> None:
+    """Version 3 replaces the ready index: items written before it are claimed as the contract orders them."""
+    conn = await asyncpg.connect(pg_server.SERVER)
+    try:
+        async with conn.transaction():
+            await conn.execute(f'CREATE SCHEMA "{schema}"; SET LOCAL search_path = "{schema}"')
+            for version, script in migrations()[:2]:
+                await conn.execute(script)
+                await conn.execute("INSERT INTO migrations (version) VALUES ($1)", version)
+            now = await conn.fetchval("SELECT now_s(0)")
+            rows = [  # name, state, priority, attempts, max_attempts, available_at, lease_expires_at
+                ("ready", "pending", 0, 0, 5, now - 100, None),
+                ("expired", "claimed", 0, 1, 5, now - 300, now - 50),
+                ("spent", "claimed", 0, 3, 3, now - 400, now - 200),
+                ("held", "claimed", 0, 1, 5, now - 500, now + 100),
+                ("delayed", "pending", 0, 0, 5, now + 100, None),
+                ("urgent", "pending", 1, 0, 5, now - 1, None),
+            ]
+            for name, state, priority, attempts, max_attempts, available_at, expires in rows:
+                await conn.execute(
+                    "INSERT INTO items (pool, payload, state, priority, attempts, max_attempts, token, created_at,"
+                    " available_at, claimed_by, lease_expires_at, lease_seconds)"
+                    " VALUES ('jobs', $1, $2, $3, $4::int, $5, $4::int, $6, $6, $7, $8, $9)",
+                    f'"{name}"', state, priority, attempts, max_attempts, available_at,
+                    "old" if state == "claimed" else None, expires, 60.0 if state == "claimed" else None,
+                )  # fmt: skip
+    finally:
+        await conn.close()
+    async with workhive.open(url) as hive:
+        pool = hive.pool("jobs")
+        taken = await pool.claim_many(10, "w1")
+        assert [item.data for item in taken] == ["urgent", "ready", "expired"]
+        assert taken[2].available_at == pytest.approx(now - 50)  # an expired lease queues from its expiry
+        states = {item.data: item.state for item in await pool.items(ItemState.POISONED)}
+        assert states == {"spent": ItemState.POISONED}
+    versions = await sql(f'SELECT version FROM "{schema}".migrations ORDER BY version')
+    assert [r[0] for r in versions] == [1, 2, 3] == list(range(1, SCHEMA_VERSION + 1))
+    indexes = {r[0] for r in await sql("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)}
+    assert "items_claimable" in indexes and "items_ready" not in indexes
 
 
 @pytest.mark.asyncio
