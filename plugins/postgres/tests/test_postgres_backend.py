@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import workhive
 from workhive.ids import item_number
 from workhive.models import ItemState
 from workhive_postgres import PostgresStorage
-from workhive_postgres.sqlfiles import migrations, queries
+from workhive_postgres.sqlfiles import migrations, queries, with_limit
 
 
 async def wait_until(check: Any, what: str, timeout: float = 60.0) -> None:
@@ -209,13 +210,14 @@ async def test_statements_on_one_claim_find_it_by_primary_key_never_by_walking_t
             statements = {
                 "complete_one": (0.0, "jobs", ids[0], tokens[0], "r"),
                 "complete_many": (0.0, "jobs", ids, tokens, ["r"] * len(ids)),
-                "complete_and_claim": (0.0, "jobs", ids[0], tokens[0], "r", 1, "w1", 60.0),
+                "complete_and_claim": (0.0, "jobs", ids[0], tokens[0], "r", "w1", 60.0),
                 "fail": (0.0, ids[0], "jobs", tokens[0], "boom", 1.0, False),
                 "release": (0.0, ids[0], "jobs", tokens[0], 0.0),
                 "extend": (0.0, ids[0], "jobs", tokens[0], 60.0),
             }
             for name, args in statements.items():
-                plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + q[name], *args))
+                text = with_limit(q[name], 1) if name == "complete_and_claim" else q[name]
+                plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + text, *args))
                 assert "items_leases" not in plan, (name, plan)
                 if name != "complete_many":  # on a table this small a batch may read it whole: also fine
                     assert "items_pkey" in plan, (name, plan)
@@ -244,14 +246,59 @@ async def test_claims_read_the_claimable_index_and_their_rows_by_primary_key_in_
             await conn.execute("ANALYZE items")
             q = queries()
             statements = {
-                "claim": (0.0, "jobs", 1, "w1", 60.0),
-                "complete_and_claim": (0.0, "jobs", item_number(held.id), held.token, "r", 1, "w1", 60.0),
+                "claim": (0.0, "jobs", "w1", 60.0),
+                "complete_and_claim": (0.0, "jobs", item_number(held.id), held.token, "r", "w1", 60.0),
             }
             for mode in ("force_custom_plan", "force_generic_plan"):
                 await conn.execute(f"SET plan_cache_mode = {mode}")
-                for name, args in statements.items():
-                    plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + q[name], *args))
+                for (name, args), limit in itertools.product(statements.items(), (1, 100)):
+                    text = with_limit(q[name], limit)
+                    plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + text, *args))
                     assert "Seq Scan" not in plan and "Hash" not in plan, (mode, name, plan)
                     assert "items_claimable" in plan and "items_pkey" in plan, (mode, name, plan)
     finally:
         await conn.close()
+
+
+@pytest.mark.asyncio
+async def test_claims_keep_their_generic_plan_once_the_table_is_analyzed(url: str, schema: str) -> None:
+    """With statistics of a large backlog, repeated claims run PostgreSQL's cached generic plan.
+
+    Written as ``LIMIT $n``, a generic plan is costed as if it took a tenth of the
+    backlog, so PostgreSQL planned every claim afresh (a custom plan per call, most of
+    the claim's server time). The limit is written in as a number; checked on the
+    server's own count of plans for the statements this backend prepared.
+    """
+    async with workhive.open(url.replace("?", "?pool_size=1&")) as hive:
+        pool = hive.pool("jobs")
+        for start in range(0, 20_000, 10_000):
+            await pool.push_many([{"n": i} for i in range(start, start + 10_000)])
+        await pool.claim_many(20, "holder", lease=600)  # leases held ahead of the backlog in the index
+        await hive.storage.now()  # settles the pool's one connection
+        admin = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+        try:
+            await admin.execute("ANALYZE items")
+        finally:
+            await admin.close()
+        for _ in range(20):
+            item = await pool.claim("w1")
+            assert item is not None
+            await pool.complete(item, "ok")
+            taken = await pool.claim_many(4, "w1")
+            await pool.complete_many([(each, "ok") for each in taken])
+        item = await pool.claim("w1")
+        for _ in range(20):
+            item = await pool.complete_and_claim(item, "ok", "w1")
+        storage = hive.storage
+        assert isinstance(storage, PostgresStorage)
+        conn = await storage._pool.acquire()  # the one connection every call above ran on
+        try:
+            rows = await conn.fetch("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        finally:
+            storage._pool.release(conn)
+        counts = {r[0]: (r[1], r[2]) for r in rows}
+        q = queries()
+        for name, limit in (("claim", 1), ("claim", 4), ("complete_and_claim", 1)):
+            generic, custom = counts[with_limit(q[name], limit)]
+            # PostgreSQL plans a prepared statement afresh five times, then keeps the generic plan.
+            assert custom <= 5 and generic >= 14, (name, limit, generic, custom)

@@ -64,7 +64,7 @@ from workhive_postgres.failures import (
     statement_failure,
 )
 from workhive_postgres.schema import ensure_schema
-from workhive_postgres.sqlfiles import queries
+from workhive_postgres.sqlfiles import queries, with_limit
 from workhive_postgres.url import PostgresConfig, parse_url
 
 __all__ = ["PostgresStorage", "channel_for"]
@@ -485,7 +485,7 @@ class PostgresStorage:
         return await self._run("claim", self._claim, pool, worker_id, limit, float(lease))
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
-        rows = await conn.fetch(self._q["claim"], self._off(), pool, limit, worker_id, lease)
+        rows = await conn.fetch(with_limit(self._q["claim"], limit), self._off(), pool, worker_id, lease)
         return await self._taken(conn, rows, pool, worker_id, limit, lease)
 
     async def _taken(
@@ -496,7 +496,8 @@ class PostgresStorage:
         short = len(taken) < len(rows)
         while short and len(taken) < limit:
             # Each round poisons at least one spent lease that ranked ahead, so this ends.
-            rows = await conn.fetch(self._q["claim"], self._off(), pool, limit - len(taken), worker_id, lease)
+            more_sql = with_limit(self._q["claim"], limit - len(taken))
+            rows = await conn.fetch(more_sql, self._off(), pool, worker_id, lease)
             more = [r for r in rows if r[12]]
             taken += more
             short = len(more) < len(rows)
@@ -567,8 +568,9 @@ class PostgresStorage:
         self, conn: Any, pool: str, key: int, ack: Ack, worker_id: str, limit: int, lease: float
     ) -> tuple[bool, list[WorkItem]]:
         rows = await conn.fetch(
-            self._q["complete_and_claim"], self._off(), pool, key, ack.token, ack.result, limit, worker_id, lease
-        )
+            with_limit(self._q["complete_and_claim"], limit), self._off(), pool, key, ack.token, ack.result,
+            worker_id, lease,
+        )  # fmt: skip
         if not rows or not rows[0][0]:
             return False, []
         touched = [r[1:] for r in rows if r[1] is not None]

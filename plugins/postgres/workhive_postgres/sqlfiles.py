@@ -11,10 +11,11 @@ import functools
 import re
 from importlib.resources import files
 
-__all__ = ["migrations", "queries"]
+__all__ = ["migrations", "queries", "with_limit"]
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$", re.MULTILINE)
 _MIGRATION = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+_PARAM = re.compile(r"\$(\d+)")
 
 
 def _read(name: str) -> str:
@@ -49,3 +50,26 @@ def migrations() -> tuple[tuple[int, str], ...]:
     if [v for v, _ in found] != list(range(1, len(found) + 1)):
         raise RuntimeError(f"workhive-postgres migrations are not numbered 1..n: {[v for v, _ in found]}")
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=1024)
+def with_limit(statement: str, limit: int) -> str:
+    """``statement`` with its ``LIMIT $n`` written as the number ``limit``; ``$n`` must be its last parameter.
+
+    Called with every parameter but the last. A generic plan cannot see a parameter and
+    costs ``LIMIT $n`` as a tenth of the rows it limits, so once the items table was
+    analyzed PostgreSQL judged the generic claim dearer than a fresh plan and planned
+    every claim anew (420 against 242 us of server time per claimed and completed item
+    on a 100,000-item backlog). With the number in the text each limit is its own
+    prepared statement (the worker runtime uses 1, 2, 4 ... 128) and keeps a generic plan.
+
+    >>> with_limit("SELECT x FROM t WHERE a = $1 LIMIT $2", 5)
+    'SELECT x FROM t WHERE a = $1 LIMIT 5'
+    """
+    if limit.__class__ is not int or limit < 0:
+        raise ValueError(f"a limit is a non-negative int, got {limit!r}")
+    last = max(int(n) for n in _PARAM.findall(statement))
+    placeholder = f"LIMIT ${last}"
+    if statement.count(placeholder) != 1 or statement.count(f"${last}") != 1:
+        raise ValueError(f"the statement must use its last parameter ${last} once, as its LIMIT")
+    return statement.replace(placeholder, f"LIMIT {limit}")

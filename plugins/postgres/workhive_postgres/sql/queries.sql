@@ -48,23 +48,26 @@ WHERE pool = $1 AND dedup_key = ANY($2::text[]) AND state IN ('pending', 'claime
 GROUP BY dedup_key;
 
 -- claim --
--- Take up to $3 claimable items of pool $2 for worker $4 with a lease of $5 s: the
+-- Take up to $5 claimable items of pool $2 for worker $3 with a lease of $4 s: the
 -- head of items_claimable, due entries only, locked with SKIP LOCKED so concurrent
 -- claimers never wait for each other. The head holds ready items and expired leases
 -- in claim order (an expired lease counts as available from its expiry, and keeps
 -- that time as its available_at). An expired lease with no attempts left is
 -- poisoned instead and comes back with taken = false: a caller that got fewer than
--- $3 taken rows and some not taken claims again for the rest.
+-- $5 taken rows and some not taken claims again for the rest.
 -- The ids go through ARRAY(...) so the UPDATE finds its rows by primary key: as a
--- join, a generic plan guesses a tenth of the index for LIMIT $3 and hashes the table.
+-- join, a generic plan guessed a tenth of the index for LIMIT $5 and hashed the table.
+-- The backend writes the limit, always the last parameter, into the text as a number
+-- (sqlfiles.with_limit): costed as a tenth of the backlog, a generic plan lost to a
+-- fresh plan on every call once the table was analyzed.
 UPDATE items SET
     state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
     available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
-    claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $4::text ELSE claimed_by END,
+    claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $3::text ELSE claimed_by END,
     attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
     token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
-    lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $5::float8 END,
-    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $5::float8 END,
+    lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $4::float8 END,
+    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $4::float8 END,
     error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
         ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
             || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
@@ -73,7 +76,7 @@ WHERE id = ANY (ARRAY (
     SELECT id FROM items
     WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
     ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-    LIMIT $3 FOR UPDATE SKIP LOCKED))
+    LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
     dedup_key, error, releases, state = 'claimed' AS taken;
 
@@ -94,8 +97,8 @@ RETURNING items.id;
 
 -- complete_and_claim --
 -- complete_one ($3 id, $4 token, $5 result) and, only if it was accepted, claim
--- ($6 limit, $7 worker, $8 lease) in the same statement: one round trip and one
--- commit per item of a worker loop. One row per row the claim touched (or one row of
+-- ($6 worker, $7 lease, $8 limit, written in as a number as in claim) in the same
+-- statement: one round trip and one commit per item of a worker loop. One row per row the claim touched (or one row of
 -- NULLs), each carrying whether the completion was accepted and, as in claim,
 -- whether the row was taken or poisoned.
 WITH done AS (
@@ -106,11 +109,11 @@ WITH done AS (
     UPDATE items SET
         state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
         available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
-        claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $7::text ELSE claimed_by END,
+        claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $6::text ELSE claimed_by END,
         attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
         token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
-        lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $8::float8 END,
-        lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $8::float8 END,
+        lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $7::float8 END,
+        lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $7::float8 END,
         error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
             ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
                 || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
@@ -119,7 +122,7 @@ WITH done AS (
         SELECT id FROM items
         WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1) AND EXISTS (SELECT FROM done)
         ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-        LIMIT $6 FOR UPDATE SKIP LOCKED))
+        LIMIT $8 FOR UPDATE SKIP LOCKED))
     RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
         dedup_key, error, releases, state = 'claimed' AS taken
 )
