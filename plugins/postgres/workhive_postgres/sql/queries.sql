@@ -62,7 +62,7 @@ GROUP BY dedup_key;
 -- fresh plan on every call once the table was analyzed.
 UPDATE items SET
     state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
-    available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
+    available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at ELSE available_at END,
     claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $3::text ELSE claimed_by END,
     attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
     token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
@@ -74,7 +74,8 @@ UPDATE items SET
     finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
 WHERE id = ANY (ARRAY (
     SELECT id FROM items
-    WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
+    WHERE pool = $2 AND state IN ('pending', 'claimed')
+        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
     ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
     LIMIT $5 FOR UPDATE SKIP LOCKED))
 RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
@@ -98,9 +99,9 @@ RETURNING items.id;
 -- complete_and_claim --
 -- complete_one ($3 id, $4 token, $5 result) and, only if it was accepted, claim
 -- ($6 worker, $7 lease, $8 limit, written in as a number as in claim) in the same
--- statement: one round trip and one commit per item of a worker loop. One row per row the claim touched (or one row of
--- NULLs), each carrying whether the completion was accepted and, as in claim,
--- whether the row was taken or poisoned.
+-- statement: one round trip and one commit per item of a worker loop. One row per
+-- row the claim touched (or one row of NULLs), each carrying whether the completion
+-- was accepted and, as in claim, whether the row was taken or poisoned.
 WITH done AS (
     UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
     WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
@@ -108,7 +109,8 @@ WITH done AS (
 ), claimed AS (
     UPDATE items SET
         state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
-        available_at = (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END),
+        available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at
+            ELSE available_at END,
         claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $6::text ELSE claimed_by END,
         attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
         token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
@@ -120,7 +122,9 @@ WITH done AS (
         finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
     WHERE id = ANY (ARRAY (
         SELECT id FROM items
-        WHERE pool = $2 AND state IN ('pending', 'claimed') AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1) AND EXISTS (SELECT FROM done)
+        WHERE pool = $2 AND state IN ('pending', 'claimed')
+            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
+            AND EXISTS (SELECT FROM done)
         ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
         LIMIT $8 FOR UPDATE SKIP LOCKED))
     RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
