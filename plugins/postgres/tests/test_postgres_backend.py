@@ -231,10 +231,10 @@ async def test_claims_read_the_claimable_index_and_their_rows_by_primary_key_in_
 ) -> None:
     """A claim reads the head of items_claimable and updates its rows by id, never scanning the table.
 
-    Prepared statements run generic plans after five executions, and a generic plan
-    cannot see ``LIMIT $3``: as a join it guessed a tenth of the index and hashed the
-    whole table for every claim. Checked with statistics of a large pending backlog,
-    with both plan kinds.
+    Prepared statements run generic plans after five executions. Written as a join,
+    the claim's generic plan (costed before the limit was written into the text) guessed
+    a tenth of the index and hashed the whole table for every claim. Checked with
+    statistics of a large pending backlog, with both plan kinds and two limits.
     """
     conn = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
     try:
