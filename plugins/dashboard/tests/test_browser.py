@@ -6,6 +6,7 @@ A screenshot is kept in $WORKHIVE_ARTIFACTS (tox sets it) or the test's temporar
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import threading
@@ -86,6 +87,29 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+# Runs in every document before its own scripts (injected by the browser tool, so the page's CSP does
+# not apply to it): records each CSP violation the document reports.
+RECORD_VIOLATIONS = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(e.violatedDirective + " blocked " + (e.blockedURI || "inline"));
+});
+"""
+
+
+def watch(page: Any) -> list[str]:
+    """Console errors and CSP violation reports of ``page``, as they come."""
+    seen: list[str] = []
+    page.add_init_script(RECORD_VIOLATIONS)
+    page.on("console", lambda m: seen.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen.append(f"page error: {e}"))
+    return seen
+
+
+def violations(page: Any) -> list[str]:
+    return list(page.evaluate("() => window.__cspViolations"))
+
+
 def artifacts(tmp_path: Path) -> Path:
     where = Path(os.environ.get("WORKHIVE_ARTIFACTS") or tmp_path)
     where.mkdir(parents=True, exist_ok=True)
@@ -100,7 +124,9 @@ def test_the_page_shows_the_hive_and_requeues_a_dead_item(
     with Server(DashboardSettings(storage=hive_url, refresh=0.5)) as server:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(WAIT_MS)
-        page.goto(server.url)
+        problems = watch(page)
+        loaded = page.goto(server.url)
+        assert loaded is not None and "frame-ancestors 'none'" in loaded.headers["content-security-policy"]
         row = page.locator("#pools tbody tr", has_text="jobs")
         expect(row).to_have_count(1)
         cells = row.locator("td")
@@ -116,6 +142,9 @@ def test_the_page_shows_the_hive_and_requeues_a_dead_item(
         row.click()
         dead = page.locator("#dead tbody tr", has_text=populated["dead"])
         expect(dead).to_contain_text("the model refused <b>twice</b>")  # shown as text, never as markup
+        dead.locator("td.item-link").click()
+        expect(page.locator("#item-id")).to_have_text(populated["dead"])
+        expect(page.locator("#item")).to_contain_text("poisoned")
         shot = artifacts(tmp_path) / "dashboard.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
@@ -125,6 +154,18 @@ def test_the_page_shows_the_hive_and_requeues_a_dead_item(
         page.locator("#confirm-ok").click()
         expect(page.locator("#notice")).to_contain_text("requeued 1 item(s) of jobs")
         expect(cells.nth(1)).to_have_text("5")  # the live update shows it pending again
+        assert problems == [] and violations(page) == [], (problems, violations(page))
+
+        # The policy is in force (and the recorder works): an injected inline script is blocked and reported.
+        ran = page.evaluate(
+            """() => { const s = document.createElement("script");
+                       s.textContent = "window.__inlineRan = true;"; document.body.append(s);
+                       return window.__inlineRan === true; }"""
+        )
+        assert ran is False, "an inline script ran: the page has no script-src policy"
+        page.wait_for_function("() => window.__cspViolations.length > 0")
+        [violation] = violations(page)
+        assert violation.startswith("script-src") and violation.endswith("blocked inline"), violation
     assert stored_item(hive_url, populated["dead"]).state is ItemState.PENDING
     assert shot.stat().st_size > 10_000
 
@@ -143,3 +184,73 @@ def test_off_loopback_the_page_needs_the_token(browser: Any, hive_url: str, popu
         assert page.url == server.url, "the token is traded for a cookie and leaves the address bar"
         expect(page.locator("#pools tbody tr", has_text="jobs")).to_have_count(1)
         assert token not in page.content()
+
+
+class OtherOrigin:
+    """Another local origin: a plain HTTP server on its own loopback port, serving one page."""
+
+    def __init__(self, body: str) -> None:
+        page = body.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format: str, *args: Any) -> None:  # keep the test output clean
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtherOrigin:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=30)
+        self.server.server_close()
+
+
+def test_another_local_origin_cannot_frame_the_dashboard(
+    browser: Any, hive_url: str, populated: dict[str, Any]
+) -> None:
+    """Clickjacking: a page on another local origin frames the dashboard and steers the user's clicks into it.
+
+    The frame must stay empty (no dashboard, none of its scripts or API calls), so there is nothing
+    to click; were it shown, the clicks below requeue the dead item as the report describes.
+    """
+    from playwright.sync_api import expect
+
+    with Server(DashboardSettings(storage=hive_url, refresh=0.5)) as server:
+        attack = (
+            f'<!doctype html><p>win a prize</p><iframe name="victim" src="{server.url}" width="1000" height="800" '
+            'onload="window.__victimLoaded = true"></iframe>'
+        )
+        with OtherOrigin(attack) as other:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(WAIT_MS)
+            requested: list[str] = []
+            page.on("request", lambda r: requested.append(r.url))
+            page.goto(other.url)
+            page.wait_for_function("() => window.__victimLoaded === true")
+            victim = page.frame(name="victim")
+            assert victim is not None
+            frame_url = victim.url
+            shown = victim.evaluate("() => document.getElementById('pools') !== null")
+            if shown:
+                # The attack of the report, through the frame.
+                victim.locator("#pools tbody tr", has_text="jobs").click()
+                victim.locator("#dead button.requeue").click()
+                victim.locator("#confirm-ok").click()
+                expect(victim.locator("#notice")).to_contain_text("requeued")
+    assert stored_item(hive_url, populated["dead"]).state is ItemState.POISONED, "a framed click requeued it"
+    assert not shown, "the dashboard rendered inside another origin's frame"
+    assert server.url in requested, "the frame did ask the dashboard for its page"
+    assert frame_url != server.url, "the frame holds the dashboard's document"
+    assert not [u for u in requested if u.startswith(server.url + "static/") or "/api/" in u], requested

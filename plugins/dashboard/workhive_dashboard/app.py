@@ -5,7 +5,8 @@
 one item; ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
 the actions (CSRF-protected, see ``security``). Every error is JSON with a
 message (``{"error": …}``): 400 bad input, 401/403 refused, 404 unknown pool
-or item, 409 an item that is no longer dead, 503 storage unreachable.
+or item, 409 an item that is no longer dead, 503 storage unreachable. Every answer carries
+the headers of ``headers`` (CSP, no framing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from workhive.errors import InvalidArgument, NotFound, WorkhiveError
 from workhive.hive import Hive
@@ -29,6 +31,7 @@ from workhive.hive import open as open_hive
 from workhive.models import ItemState
 from workhive.plugin_manager import PluginManager
 from workhive.urls import redact_url
+from workhive_dashboard.headers import SecurityHeaders
 from workhive_dashboard.security import COOKIE, check_action, check_read
 from workhive_dashboard.settings import DashboardSettings
 from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, require_pool
@@ -66,6 +69,13 @@ class HiveHolder:
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+class _DashboardApp(Starlette):
+    """Starlette with the security headers outside its error handling, so a 500 carries them too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 def create_app(settings: DashboardSettings, *, manager: PluginManager | None = None) -> Starlette:
@@ -219,7 +229,7 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
         Route("/api/pools/{pool:str}/requeue", api_requeue, methods=["POST"]),
         Route("/api/pools/{pool:str}/purge", api_purge, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = _DashboardApp(routes=routes, lifespan=lifespan)
     app.state.settings = settings
     return app
 

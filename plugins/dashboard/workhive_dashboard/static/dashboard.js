@@ -112,8 +112,7 @@ async function refreshDead() {
   $("dead-pool").textContent = data.pool;
   $("dead-total").textContent = `(${data.total})`;
   fill("dead", data.items, (row, item) => {
-    const idCell = cell(row, item.id);
-    idCell.style.cursor = "pointer";
+    const idCell = cell(row, item.id, "item-link");
     idCell.addEventListener("click", () => showItem(data.pool, item.id));
     cell(row, `${item.attempts}/${item.max_attempts}`, "num");
     cell(row, age(item.age), "num");
