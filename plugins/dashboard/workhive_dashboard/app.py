@@ -32,7 +32,7 @@ from workhive.models import ItemState
 from workhive.plugin_manager import PluginManager
 from workhive.urls import redact_url
 from workhive_dashboard.headers import SecurityHeaders
-from workhive_dashboard.security import COOKIE, check_action, check_read
+from workhive_dashboard.security import COOKIE, check_action, check_read, is_the_token
 from workhive_dashboard.settings import DashboardSettings
 from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, require_pool
 
@@ -78,6 +78,11 @@ class _DashboardApp(Starlette):
         return SecurityHeaders(super().build_middleware_stack())
 
 
+def _page_refused(message: str) -> HTMLResponse:
+    body = f"<!doctype html><title>workhive</title><p>{html.escape(message)}</p>"
+    return HTMLResponse(body, 401, headers={"cache-control": "no-store"})
+
+
 def create_app(settings: DashboardSettings, *, manager: PluginManager | None = None) -> Starlette:
     """The ASGI app for ``settings`` (serve it with uvicorn, or test it with Starlette's TestClient).
 
@@ -118,13 +123,20 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
     async def index(request: Request) -> Response:
         token = request.query_params.get("token")
         if token is not None and settings.token is not None:
+            if not is_the_token(token, settings):
+                # No cookie is set or cleared: a link with a wrong token cannot end the session the
+                # browser already has.
+                return _page_refused(
+                    "the token in this link is not this dashboard's token, so nothing changed; "
+                    "open the URL the dashboard printed when it started"
+                )
             # Trade the token in the URL for a cookie, and take it out of the address bar and history.
-            response = RedirectResponse("/", status_code=303)
+            response = RedirectResponse("/", status_code=303, headers={"cache-control": "no-store"})
             response.set_cookie(COOKIE, token, httponly=True, samesite="strict")
             return response
         refused = check_read(request, settings)
         if refused is not None:
-            return HTMLResponse(f"<!doctype html><title>workhive</title><p>{html.escape(refused)}</p>", 401)
+            return _page_refused(refused)
         body = (
             page.replace("{{csrf}}", html.escape(settings.csrf))
             .replace("{{storage}}", html.escape(shown_url))

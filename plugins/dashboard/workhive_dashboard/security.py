@@ -6,6 +6,8 @@
   elsewhere cannot reach the dashboard through DNS rebinding.
 * An action (POST) must send back the page's CSRF secret in a header and come
   from the dashboard's own origin: a form on another site can do neither.
+* ``/?token=…`` sets the cookie only for the right token, so a link with a
+  wrong one cannot replace (log out) a session.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from starlette.requests import Request
 
 from workhive_dashboard.settings import DashboardSettings, is_loopback
 
-__all__ = ["COOKIE", "CSRF_HEADER", "check_action", "check_read"]
+__all__ = ["COOKIE", "CSRF_HEADER", "check_action", "check_read", "is_the_token"]
 
 COOKIE = "workhive_dashboard_token"
 CSRF_HEADER = "x-workhive-csrf"
@@ -25,6 +27,11 @@ CSRF_HEADER = "x-workhive-csrf"
 
 def _same(a: str | None, b: str) -> bool:
     return a is not None and hmac.compare_digest(a.encode(), b.encode())
+
+
+def is_the_token(offered: str | None, settings: DashboardSettings) -> bool:
+    """Whether ``offered`` is this dashboard's token (compared in constant time; False when it has none)."""
+    return settings.token is not None and _same(offered, settings.token)
 
 
 def check_read(request: Request, settings: DashboardSettings) -> str | None:
@@ -36,7 +43,7 @@ def check_read(request: Request, settings: DashboardSettings) -> str | None:
         return None
     auth = request.headers.get("authorization", "")
     offered = auth[7:] if auth.lower().startswith("bearer ") else request.cookies.get(COOKIE)
-    if _same(offered, settings.token):
+    if is_the_token(offered, settings):
         return None
     return "this dashboard needs its token: open it as /?token=TOKEN or send 'Authorization: Bearer TOKEN'"
 
@@ -47,7 +54,7 @@ def check_action(request: Request, settings: DashboardSettings) -> str | None:
         return "actions must come from the dashboard page itself (missing or wrong CSRF header); reload the page"
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
-        return f"actions from another origin ({origin}) are refused"
+        return f"actions from another origin ({origin}) are refused; use the dashboard page"
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
         return "actions take a JSON body (Content-Type: application/json)"
     return None
