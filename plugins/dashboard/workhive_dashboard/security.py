@@ -5,7 +5,8 @@
 * On loopback, the Host header must name a loopback address, so a web page
   elsewhere cannot reach the dashboard through DNS rebinding.
 * An action (POST) must send back the page's CSRF secret in a header and come
-  from the dashboard's own origin: a form on another site can do neither.
+  from the dashboard's own origin (``Origin``, and the browser's
+  ``Sec-Fetch-Site``): a form or script on another site can do neither.
 * ``/?token=…`` sets the cookie only for the right token, so a link with a
   wrong one cannot replace (log out) a session.
 """
@@ -52,6 +53,11 @@ def check_action(request: Request, settings: DashboardSettings) -> str | None:
     """Why this POST may not act (a message for a 403), or None."""
     if not _same(request.headers.get(CSRF_HEADER), settings.csrf):
         return "actions must come from the dashboard page itself (missing or wrong CSRF header); reload the page"
+    # Browsers name where a request comes from; the page's own fetch is "same-origin". Another port on
+    # this host is "same-site" but still another origin, and "none" is no page at all: all refused.
+    fetched_from = request.headers.get("sec-fetch-site")
+    if fetched_from is not None and fetched_from != "same-origin":
+        return f"actions from another origin (Sec-Fetch-Site: {fetched_from}) are refused; use the dashboard page"
     origin = request.headers.get("origin")
     if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
         return f"actions from another origin ({origin}) are refused; use the dashboard page"
