@@ -4,14 +4,14 @@
 ``GET /api/pools/{pool}/dead`` poisoned items; ``GET /api/pools/{pool}/items/{id}``
 one item; ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
 the actions (CSRF-protected, see ``security``). Every error is JSON with a
-message (``{"error": …}``): 400 bad input, 401/403 refused, 404 unknown pool
-or item, 409 an item that is no longer dead, 503 storage unreachable. Every answer carries
+message (``{"error": …}``): 400 bad input, 401/403 refused, 404 no hive at the
+storage URL (nothing is created: see ``holder``) or unknown pool or item, 409
+an item that is no longer dead, 503 storage unreachable. Every answer carries
 the headers of ``headers`` (CSP, no framing).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import html
 import json
@@ -25,13 +25,13 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from workhive.errors import InvalidArgument, NotFound, WorkhiveError
+from workhive.errors import HiveNotFound, InvalidArgument, NotFound, WorkhiveError
 from workhive.hive import Hive
-from workhive.hive import open as open_hive
 from workhive.models import ItemState
 from workhive.plugin_manager import PluginManager
 from workhive.urls import redact_url
 from workhive_dashboard.headers import SecurityHeaders
+from workhive_dashboard.holder import HiveHolder
 from workhive_dashboard.security import COOKIE, check_action, check_read, is_the_token
 from workhive_dashboard.settings import DashboardSettings
 from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, require_pool
@@ -41,34 +41,13 @@ __all__ = ["create_app"]
 _STATIC = ("dashboard.js", "dashboard.css")
 
 
-class HiveHolder:
-    """Opens the hive on first use and again after a failure, so a dashboard started before its
-    storage is reachable shows why, and recovers by itself once it is."""
-
-    def __init__(self, settings: DashboardSettings, manager: PluginManager | None) -> None:
-        self._settings = settings
-        self._manager = manager
-        self._hive: Hive | None = None
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> Hive:
-        async with self._lock:
-            if self._hive is None:
-                hive = open_hive(self._settings.storage, locks=self._settings.locks, manager=self._manager)
-                await hive.open()
-                self._hive = hive
-            return self._hive
-
-    async def drop(self) -> None:
-        async with self._lock:
-            hive, self._hive = self._hive, None
-        if hive is not None:
-            with contextlib.suppress(Exception):
-                await hive.close()
-
-
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def _page_refused(message: str) -> HTMLResponse:
+    body = f"<!doctype html><title>workhive</title><p>{html.escape(message)}</p>"
+    return HTMLResponse(body, 401, headers={"cache-control": "no-store"})
 
 
 class _DashboardApp(Starlette):
@@ -76,11 +55,6 @@ class _DashboardApp(Starlette):
 
     def build_middleware_stack(self) -> ASGIApp:
         return SecurityHeaders(super().build_middleware_stack())
-
-
-def _page_refused(message: str) -> HTMLResponse:
-    body = f"<!doctype html><title>workhive</title><p>{html.escape(message)}</p>"
-    return HTMLResponse(body, 401, headers={"cache-control": "no-store"})
 
 
 def create_app(settings: DashboardSettings, *, manager: PluginManager | None = None) -> Starlette:
@@ -104,6 +78,9 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
             return _error(401 if settings.token is not None else 403, refused)
         try:
             hive = await holder.get()
+        except HiveNotFound as exc:
+            # Said as `workhive status` says it; the next request looks again (it may exist by then).
+            return _error(404, scrub(str(exc)))
         except Exception as exc:
             return _error(503, scrub(f"cannot reach storage {shown_url}: {type(exc).__name__}: {exc}"))
         try:

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from workhive.errors import StorageUnavailable
+from workhive.redaction import scrub
 from workhive.urls import redact_url
 from workhive_dashboard.settings import DEFAULT_PORT, DashboardSettings
 
@@ -32,6 +34,8 @@ __all__ = ["dashboard_cmd"]
 def dashboard_cmd(cli: Any, host: str, port: int, token: str | None, refresh: float) -> None:
     """Serve a live dashboard of pools, workers, credentials and dead items, with requeue and purge.
 
+    The hive must exist (like `workhive status`, it is never created here).
+
     \b
     Example:
       workhive dashboard                       # http://127.0.0.1:8177/
@@ -45,6 +49,7 @@ def dashboard_cmd(cli: Any, host: str, port: int, token: str | None, refresh: fl
     )
     made_up = settings.token is None
     settings = settings.with_token()
+    _check_the_hive_exists(cli)
     sock = bind(settings.host, settings.port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
@@ -59,3 +64,21 @@ def dashboard_cmd(cli: Any, host: str, port: int, token: str | None, refresh: fl
         click.echo(f"  open {url}")
     click.echo("  Ctrl-C stops it.")
     serve(settings, sock, manager=cli.manager)
+
+
+def _check_the_hive_exists(cli: Any) -> None:
+    """Open the hive with ``create=False`` once before serving: no hive there is ``HiveNotFound``
+    (the CLI's one-line error, exit 2), and nothing is created.
+
+    Storage that does not answer yet is only a warning: the page shows why and recovers by itself
+    once it answers.
+    """
+
+    async def probe() -> None:
+        async with cli.hive(create=False) as hive:
+            await hive.now()  # opening found it; one read shows it answers too
+
+    try:
+        cli.run(probe)
+    except StorageUnavailable as exc:
+        click.echo(f"warning: {scrub(str(exc))}; serving anyway, the page shows this until storage answers", err=True)
