@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,13 @@ def test_distinct_names_map_to_distinct_files_inside_the_directory(names: list[s
         assert base not in (".", "..") and "/" not in base and "\0" not in base
         assert not base.startswith(".") and base.endswith(".lock")
         assert len(base.encode()) <= 255
+
+
+@given(any_text)
+def test_every_lock_file_is_one_that_listing_and_cleaning_recognise(name: str) -> None:
+    base = os.path.basename(FcntlLocks("/srv/locks").path_for(name))
+    stem = base[: -len(provider_module.SUFFIX)]
+    assert provider_module._LOCK_STEM.fullmatch(stem) is not None, base
 
 
 @given(any_text)
@@ -133,6 +142,55 @@ async def test_clean_deletes_only_free_lock_files(tmp_path: Path) -> None:
     await locks.release(held)
     assert await other.clean() == ["busy"]
     assert sorted(os.listdir(tmp_path)) == [".token-floor", ".token-floor.lock"]
+
+
+# Run in another process: can it take a write lock on the whole file? Not while this
+# process holds a POSIX read lock on it.
+_POSIX_PROBE = """
+import fcntl, os, sys
+
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    print("held")
+else:
+    print("free")
+"""
+
+
+def _posix_lock_probe(path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _POSIX_PROBE, str(path)], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.mark.asyncio
+async def test_other_files_in_the_directory_are_never_opened_listed_or_cleaned(tmp_path: Path) -> None:
+    # The lock directory may be shared with other files: here one named like a lock file but
+    # not made by workhive (a SQLite hive called jobs.lock, say), on which this process holds
+    # a POSIX lock, as SQLite does. Opening and closing it would drop that lock; cleaning it
+    # would delete the file.
+    locks = FcntlLocks(tmp_path)
+    await locks.release(await locks.acquire("idle", ttl=None, timeout=0, worker_id=None))
+    held = await locks.acquire("busy", ttl=None, timeout=0, worker_id=None)
+    other = tmp_path / "jobs.lock"
+    other.write_bytes(b"precious\n")
+    (tmp_path / "notes.queue").mkdir()
+    fd = os.open(other, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH)
+        assert _posix_lock_probe(other) == "held"
+        assert [h.name for h in await locks.list_locks()] == ["busy"]
+        assert _posix_lock_probe(other) == "held", "listing the locks opened jobs.lock and dropped this process's lock"
+        assert await locks.clean() == ["idle"]
+        assert _posix_lock_probe(other) == "held", "cleaning opened jobs.lock and dropped this process's lock"
+    finally:
+        os.close(fd)
+    assert other.read_bytes() == b"precious\n"
+    assert (tmp_path / "notes.queue").is_dir()
+    await locks.release(held)
 
 
 @pytest.mark.asyncio

@@ -91,6 +91,12 @@ SUFFIX = ".lock"
 FLOOR_FILE = ".token-floor"
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 _OTHER_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+#: The stem of every file ``lock_file_name`` makes: a slug of up to 40 of ``[A-Za-z0-9_.-]``
+#: not starting with a dot, then "-" and the name's SHA-256 in hex. Listing and cleaning touch
+#: only such files: the directory may hold other files (a SQLite hive named ``*.lock``, say),
+#: which must be neither deleted nor opened (closing any descriptor of a file drops every
+#: POSIX lock this process holds on it, SQLite's included).
+_LOCK_STEM = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,39}-[0-9a-f]{64}")
 #: a streak also ends after this many consecutive tokens, so that a holder descheduled in
 #: the middle of its time slice and one that ran through it get similar shares
 STREAK_TOKENS = 64
@@ -557,7 +563,11 @@ class FcntlLocks:
     def _lock_files(self, suffix: str = SUFFIX) -> list[str]:
         try:
             with os.scandir(self.directory) as entries:
-                return [e.path for e in entries if e.name.endswith(suffix) and not e.name.startswith(".")]
+                return [
+                    e.path
+                    for e in entries
+                    if e.name.endswith(suffix) and _LOCK_STEM.fullmatch(e.name[: -len(suffix)]) is not None
+                ]
         except FileNotFoundError:
             return []
         except OSError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -66,13 +67,26 @@ async def test_a_damaged_page_met_by_an_operation_is_storage_corrupt(
             await pool.purge(0.0)  # scans the whole table on the thread's connection
 
 
-def test_a_file_whose_header_is_garbage_is_not_called_corrupt_but_foreign(tmp_path: Path) -> None:
-    # Not a SQLite file at all: workhive never wrote it, so it is left alone with its own message.
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "content",
+    [b"\x00" * 8192, b"SQLite format 3\x00" + b"\xa5" * 8176, b"SQLite format 3\x00"],
+    ids=["zeros", "magic-then-garbage", "magic-alone"],
+)
+@pytest.mark.parametrize("create", [True, False])
+async def test_a_file_whose_header_is_garbage_is_not_called_corrupt_but_foreign(
+    tmp_path: Path, content: bytes, create: bool
+) -> None:
+    # No valid first page: SQLite reads the header (workhive no longer opens the file itself,
+    # see test_sqlite_handles.py) and refuses it before writing anything; the message says it
+    # is another program's file, or a store whose first page is damaged.
     path = tmp_path / "hive.db"
-    path.write_bytes(b"\x00" * 8192)
-    storage = SqliteStorage(f"sqlite:///{path}")
-    with pytest.raises(StorageUnavailable, match="not a SQLite database"):
-        storage._check_path()
+    path.write_bytes(content)
+    with pytest.raises(StorageUnavailable, match="not a SQLite database") as info:
+        await SqliteStorage(f"sqlite:///{path}", create=create).open()
+    assert "first page is damaged" in str(info.value) and info.value.path == str(path)  # type: ignore[attr-defined]
+    assert path.read_bytes() == content
+    assert os.listdir(tmp_path) == ["hive.db"]
 
 
 @pytest.mark.asyncio

@@ -25,6 +25,18 @@ Concurrency model
 * Time is hive time (``workhive_sqlite.clock``): a per-boot anchor stored in
   the file plus the machine's monotonic clock, the same for every process on
   the machine and immune to wall-clock steps; or ``clock()`` when injected.
+* Only SQLite opens the database file (and its ``-wal`` and ``-shm``). SQLite's
+  locks are POSIX advisory locks, which belong to the process and are all
+  dropped when *any* descriptor of the file is closed, whoever opened it.
+  SQLite itself shares one set of descriptors and locks per file among all the
+  connections of a process (a connection closed while others hold locks leaves
+  its descriptor open), so any number of ``SqliteStorage`` objects on one file
+  in one process is safe. An ``open(path)`` + ``close()`` of our own would drop
+  the locks of every other handle in the process: another process would then
+  believe it is the file's last user and delete the ``-wal`` and ``-shm`` those
+  handles still write to (lost commits, a corrupt index). So the header is
+  checked through SQLite (``_setup``), and the checks before connecting only
+  ``stat`` the path.
 """
 
 from __future__ import annotations
@@ -83,7 +95,6 @@ CHECKPOINT_EVERY = 1024
 #: restarted: under steady writes a passive checkpoint never catches up, and the
 #: log would only grow.
 WAL_RESTART_FRAMES = 8192
-_SQLITE_HEADER = b"SQLite format 3\x00"
 #: Files up to this size get SQLite's ``quick_check`` when opened (it reads every page: about
 #: a second per few hundred MiB, paid by every process that opens the file). Larger files
 #: are opened on their header and schema alone; every operation still refuses a damaged
@@ -93,6 +104,18 @@ QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
 SQLITE_NOTADB = 26
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of ``exc`` (Python >= 3.11 carries it), else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def _is_notadb(exc: sqlite3.Error) -> bool:
+    """SQLITE_NOTADB: the file's first page is not a SQLite header (by code, or by text before 3.11)."""
+    primary = _primary_code(exc)
+    return primary == SQLITE_NOTADB or (primary is None and "not a database" in str(exc))
 
 
 class SqliteStorage:
@@ -269,21 +292,37 @@ class SqliteStorage:
                 "files there); fix its permissions or choose another path",
                 path=str(path),
             )
-        if path.exists():
-            if not os.access(path, os.R_OK | os.W_OK):
-                raise StorageUnavailable(
-                    f"SQLite store {path} is not readable and writable by this user; fix its permissions",
-                    path=str(path),
-                )
-            with path.open("rb") as f:
-                header = f.read(len(_SQLITE_HEADER))
-            if header and header != _SQLITE_HEADER:
-                raise StorageUnavailable(
-                    f"{path} exists but is not a SQLite database; point the URL at a new file "
-                    "(e.g. sqlite:///.workhive/hive.db) or move that file away (if it was a workhive store, its "
-                    "first page is damaged: restore it from a backup)",
-                    path=str(path),
-                )
+        if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+            raise StorageUnavailable(
+                f"SQLite store {path} is not readable and writable by this user; fix its permissions",
+                path=str(path),
+            )
+        # Never open the file here, not even to read its header: closing that descriptor would
+        # drop every POSIX lock this process holds on it (see the module docstring). The
+        # header is read by SQLite, the first thing _setup does.
+
+    def _foreign(self) -> StorageUnavailable:
+        path = self.path
+        return StorageUnavailable(
+            f"{path} exists but is not a SQLite database; point the URL at a new file "
+            "(e.g. sqlite:///.workhive/hive.db) or move that file away (if it was a workhive store, its "
+            "first page is damaged: restore it from a backup)",
+            path=str(path),
+        )
+
+    def _read_header(self, conn: sqlite3.Connection) -> int:
+        """The file's ``user_version``, read by SQLite; a file whose first page is no SQLite header is refused.
+
+        SQLite checks the header before it reads or writes anything else, and
+        answers SQLITE_NOTADB for a file that is not a database; nothing is
+        written to it. An empty (or new) file reads as version 0.
+        """
+        try:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            if _is_notadb(exc):
+                raise self._foreign() from None
+            raise
 
     def _setup(self) -> None:
         assert self._ops is not None
@@ -292,8 +331,8 @@ class SqliteStorage:
             raise StorageUnavailable(
                 f"workhive-sqlite needs SQLite >= 3.35 (RETURNING); this Python links {sqlite3.sqlite_version}"
             )
-        if not self.create and conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-            # Before WAL mode is set, which would write to the file.
+        # Before WAL mode is set, which would write to the file.
+        if self._read_header(conn) == 0 and not self.create:
             raise self._not_found("the file holds no workhive schema")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -463,11 +502,8 @@ class SqliteStorage:
     def _failure(self, exc: sqlite3.Error) -> StorageError:
         """The workhive error for a SQLite error, by its result code (the text where Python gives none)."""
         text = str(exc)
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = None if code is None else code & 0xFF
-        if primary in (SQLITE_CORRUPT, SQLITE_NOTADB) or (
-            primary is None and ("malformed" in text or "not a database" in text)
-        ):
+        primary = _primary_code(exc)
+        if primary == SQLITE_CORRUPT or (primary is None and "malformed" in text) or _is_notadb(exc):
             return self._corrupt(text)
         if primary == SQLITE_FULL or (primary is None and "is full" in text):
             return StorageError(
