@@ -253,7 +253,8 @@ def _retry_after(headers: dict[str, str], now: float) -> float | None:
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    # Scrubbed before it is cut: a key cut in two by the limit would no longer be recognised.
+    text = " ".join(scrub(text).split())
     return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
 
 

@@ -288,3 +288,17 @@ class TestEncodedSecrets:
         rows = json.dumps([value for value, _expiry in backend.rows.values()], default=str)
         for text in (state.reason or "", rows, str(pool.snapshot())):
             assert "LEAKED" not in text
+
+
+def test_a_reason_is_scrubbed_before_it_is_cut_to_length() -> None:
+    from workhive.redaction import forget_secrets
+
+    key = "sk-TRUNCATED-key-0123456789abcdef"
+    forget_secrets()
+    try:
+        CredentialPool([Credential("CUT_KEY", key)])
+        for cut_at in range(150, 200, 7):  # the key straddles the 200-character limit somewhere in here
+            verdict = classify(exc=RuntimeError("x" * cut_at + key))
+            assert "TRUNCATED" not in (verdict.reason or "") and "sk-TRU" not in (verdict.reason or ""), verdict
+    finally:
+        forget_secrets()
