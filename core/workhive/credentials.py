@@ -47,7 +47,7 @@ import attrs
 
 from workhive.budgets import Budget
 from workhive.errors import ConfigError, CredentialError, InvalidArgument, NoCredentialAvailable
-from workhive.redaction import register_secret
+from workhive.redaction import register_secret, scrub, scrub_value
 from workhive.retry_after import parse_retry_after
 from workhive.validation import check_name, check_nonnegative, check_positive
 
@@ -253,7 +253,8 @@ def _retry_after(headers: dict[str, str], now: float) -> float | None:
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    # Scrubbed before it is cut: a key cut in two by the limit would no longer be recognised.
+    text = " ".join(scrub(text).split())
     return text if len(text) <= _REASON_LIMIT else text[: _REASON_LIMIT - 1] + "…"
 
 
@@ -417,11 +418,11 @@ class _Entry:
 
 
 def _redact(text: str | None, secret: Secret) -> str | None:
-    # An API's error body or an exception message may echo the key back; never keep it.
+    # An API's error body or an exception message may echo the key back, URL-encoded or
+    # JSON-escaped as often as not; never keep it (the reason is shared with the fleet).
     if text is None:
         return None
-    value = secret.reveal()
-    return text.replace(value, _REDACTED) if value in text else text
+    return scrub(scrub_value(text, secret.reveal()))
 
 
 def _format_when(until: float, now: float) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
 from workhive.ids import parse_receipt
 from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, WorkItem
-from workhive.redaction import scrub
+from workhive.redaction import scrub, scrub_json
 from workhive.storage import CompletesAndClaims
 from workhive.validation import (
     check_count,
@@ -63,12 +63,17 @@ def _claim_of(claim: WorkItem | str) -> tuple[str, int]:
 
 
 def _ack(claim: WorkItem | str, result: Any) -> Ack:
-    """The completion of a claim, with ``result`` encoded (InvalidItem if it cannot be)."""
+    """The completion of a claim, with ``result`` encoded (InvalidItem if it cannot be) and scrubbed.
+
+    A handler's result may quote an API body that echoes the key it called with; every
+    secret the process holds is replaced in its strings (``workhive.redaction.scrub_json``)
+    before any backend sees it, so no store, and nothing that reads one, ever holds it.
+    """
     if claim.__class__ is WorkItem:  # the worker loop's case, without a call
         item_id, token = claim.id, claim.token  # type: ignore[union-attr]
     else:
         item_id, token = _claim_of(claim)
-    return Ack(item_id, token, None if result is None else to_json(result, "result"))
+    return Ack(item_id, token, None if result is None else scrub_json(to_json(result, "result")))
 
 
 def _listing(entries: list[str], shown: int = 10) -> str:
@@ -210,6 +215,8 @@ class Pool:
 
     async def complete(self, item: WorkItem | str, result: Any = None) -> None:
         """Mark a claimed item done and keep ``result``; ``LeaseLost`` if the claim is stale.
+
+        ``result`` is kept with every secret the process holds scrubbed from its strings.
 
         ``item`` is the claimed ``WorkItem`` or its receipt (``item.receipt``), so a
         claim can be finished by another process that was handed only the string.

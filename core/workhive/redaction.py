@@ -12,18 +12,31 @@ its text through ``scrub``.
 >>> scrub("HTTP 401: Incorrect API key provided: sk-test-0123456789")
 'HTTP 401: Incorrect API key provided: **********'
 >>> forget_secrets()
+
+Each secret is matched in the forms in which it reaches text: as is,
+URL-encoded (``quote`` and ``quote_plus``, either case of hex digits) and
+JSON-escaped (``\\/``, ``\\"``, ``\\uXXXX`` with surrogate pairs above the
+BMP, as ``json.dumps`` and other encoders write it), and any mix of these
+within one occurrence. ASCII letters and digits are matched as is only: no
+encoder changes them. Double encodings
+(URL-encoding of URL-encoding, JSON inside JSON) and other transforms
+(base64, hashes, a key split over several strings) are not recognised.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = [
     "REDACTED",
+    "contains_secret",
     "forget_secrets",
     "install_log_scrubbing",
     "register_secret",
@@ -31,6 +44,8 @@ __all__ = [
     "register_url_password",
     "scrub",
     "scrub_data",
+    "scrub_json",
+    "scrub_value",
 ]
 
 REDACTED = "**********"
@@ -39,18 +54,94 @@ REDACTED = "**********"
 #: unreadable, and a key that short is not a secret worth the name
 MIN_SECRET_LENGTH = 4
 
+# The escapes JSON encoders write for a character besides \uXXXX (``\/`` is optional in JSON:
+# Python never writes it, PHP and some Java encoders always do).
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+#: characters no encoder changes (quote, quote_plus and JSON leave ASCII letters and digits alone)
+_PLAIN = re.compile("[A-Za-z0-9]+")
+#: the shortest run of plain characters worth testing for before the regex (see _Secret)
+_ANCHOR_MIN = 3
+
+
+def _hex(digits: str) -> str:
+    """A pattern for hex ``digits`` in either case (encoders differ: ``%2F`` and ``%2f``)."""
+    return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in digits)
+
+
+def _char_pattern(char: str) -> str:
+    """Every form one character of a secret takes in text: as is, URL-encoded, JSON-escaped."""
+    if char.isascii() and char.isalnum():
+        return char
+    forms = [re.escape(char)]
+    forms.append("".join("%" + _hex(f"{byte:02x}") for byte in char.encode("utf-8", "surrogatepass")))
+    if char == " ":
+        forms.append(r"\+")  # quote_plus and HTML forms
+    units = char.encode("utf-16-be", "surrogatepass")
+    forms.append("".join(r"\\u" + _hex(units[i : i + 2].hex()) for i in range(0, len(units), 2)))
+    if char in _JSON_SHORT:
+        forms.append(re.escape(_JSON_SHORT[char]))
+    return "(?:" + "|".join(forms) + ")"
+
+
+@lru_cache(maxsize=256)
+def _secret_pattern(value: str) -> re.Pattern[str]:
+    return re.compile("".join(_char_pattern(char) for char in value))
+
+
+class _Secret:
+    """One secret: its value, the regex for all its forms, and an anchor that rules most text out cheaply.
+
+    The anchor is the secret's longest run of ASCII letters and digits, which every form
+    contains as is: text without it cannot hold the secret, so the regex (slow: it tries
+    each position) runs only on text that has it.
+    """
+
+    __slots__ = ("anchor", "pattern", "value")
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.pattern = _secret_pattern(value)
+        runs = _PLAIN.findall(value)
+        longest = max(runs, key=len) if runs else ""
+        self.anchor = longest if len(longest) >= _ANCHOR_MIN else None
+
+    def may_be_in(self, text: str) -> bool:
+        return self.anchor is None or self.anchor in text
+
+
+class _Known:
+    """The registered secrets, replaced as a whole so readers need no lock."""
+
+    __slots__ = ("literal", "plus", "secrets")
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.literal = values  # longest first, so a secret containing another is replaced whole
+        self.secrets = tuple(_Secret(v) for v in values)
+        self.plus = any(" " in v for v in values)  # quote_plus writes a space as "+"
+
+    def encoded(self, text: str) -> bool:
+        """Whether ``text`` may hold a secret in an encoded form, and needs the regexes.
+
+        Every encoded form has a "%" or a backslash in it (or a "+" for a space): text without
+        them can hold a secret only as is, found by plain substring tests.
+        """
+        return "%" in text or "\\" in text or (self.plus and "+" in text)
+
+
 _lock = threading.Lock()
-_secrets: tuple[str, ...] = ()  # longest first, so a secret containing another is replaced whole
+_known = _Known(())
 
 
 def register_secret(value: str) -> None:
     """Scrub ``value`` from everything this process emits or stores (and logs) from now on."""
-    global _secrets
+    global _known
     if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
         return
     with _lock:
-        if value not in _secrets:
-            _secrets = tuple(sorted((*_secrets, value), key=len, reverse=True))
+        if value not in _known.literal:
+            _known = _Known(tuple(sorted((*_known.literal, value), key=len, reverse=True)))
     install_log_scrubbing()  # a process that holds a secret never logs it
 
 
@@ -74,37 +165,110 @@ def register_url_password(url: str | None) -> None:
 
 def forget_secrets() -> None:
     """Drop every registered secret (tests)."""
-    global _secrets
+    global _known
     with _lock:
-        _secrets = ()
+        _known = _Known(())
 
 
 def scrub(text: str) -> str:
-    """``text`` with every registered secret replaced by ``REDACTED``."""
-    secrets = _secrets
-    if not secrets or not isinstance(text, str):
+    """``text`` with every registered secret, in any of its forms, replaced by ``REDACTED``.
+
+    >>> register_secret("sk-a+/B=0123")
+    >>> scrub('key=sk-a%2B%2FB%3D0123 body={"k": "sk-a+\\\\/B=0123"}')
+    'key=********** body={"k": "**********"}'
+    >>> forget_secrets()
+    """
+    known = _known
+    if not known.literal or not isinstance(text, str):
         return text
-    for value in secrets:
+    if known.encoded(text):
+        for secret in known.secrets:
+            if secret.may_be_in(text):
+                text = secret.pattern.sub(REDACTED, text)
+        return text
+    for value in known.literal:
         if value in text:
             text = text.replace(value, REDACTED)
     return text
 
 
+def contains_secret(text: str) -> bool:
+    """Whether ``text`` holds a registered secret in any of the forms ``scrub`` replaces."""
+    known = _known
+    if not known.literal or not isinstance(text, str):
+        return False
+    if known.encoded(text):
+        for secret in known.secrets:
+            if secret.may_be_in(text) and secret.pattern.search(text) is not None:
+                return True
+        return False
+    for value in known.literal:
+        if value in text:
+            return True
+    return False
+
+
+def scrub_value(text: str, value: str) -> str:
+    """``text`` with ``value`` (registered or not) replaced by ``REDACTED`` in any of its forms.
+
+    >>> scrub_value("Bearer sk%2Dlive%2D1", "sk-live-1")
+    'Bearer **********'
+    """
+    if not isinstance(text, str) or not value or len(value) < MIN_SECRET_LENGTH:
+        return text
+    return _secret_pattern(value).sub(REDACTED, text)
+
+
+def _unused_key(key: str, taken: dict[Any, Any], original: dict[Any, Any]) -> str:
+    # Two keys scrubbed to the same text would collapse into one entry; number the later one instead.
+    n = 2
+    while f"{key} ({n})" in taken or f"{key} ({n})" in original:
+        n += 1
+    return f"{key} ({n})"
+
+
 def scrub_data(data: Any) -> Any:
-    """``scrub`` applied to every string (keys included) inside JSON-like ``data``."""
-    if not _secrets:
+    """``scrub`` applied to every string (keys included) inside JSON-like ``data``.
+
+    The shape is kept: an object whose keys scrub to the same text keeps every
+    entry, the later ones numbered (``"********** (2)"``).
+    """
+    if not _known.literal:
         return data
     if isinstance(data, str):
         return scrub(data)
     if isinstance(data, dict):
-        return {scrub_data(k): scrub_data(v) for k, v in data.items()}
+        out: dict[Any, Any] = {}
+        for key, value in data.items():
+            clean = scrub(key) if isinstance(key, str) else key
+            if clean in out:
+                clean = _unused_key(clean, out, data)
+            out[clean] = scrub_data(value)
+        return out
     if isinstance(data, (list, tuple)):
         return type(data)(scrub_data(v) for v in data)
     return data
 
 
+def scrub_json(text: str) -> str:
+    """Compact JSON ``text`` with every secret scrubbed from its strings; the same shape, still valid JSON.
+
+    The text is decoded only when a secret is in it, so a clean result costs one scan.
+    Secrets are replaced inside strings (object keys included), never across the
+    JSON around them, so the result always parses.
+
+    >>> register_secret("sk-live-0123")
+    >>> scrub_json('{"echo":"key sk-live-0123","n":[1,2.5]}')
+    '{"echo":"key **********","n":[1,2.5]}'
+    >>> forget_secrets()
+    """
+    if not contains_secret(text):
+        return text
+    return json.dumps(scrub_data(json.loads(text)), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _scrub_record(record: logging.LogRecord) -> None:
-    if not _secrets:
+    if not _known.literal:
         return
     try:
         message = record.getMessage()

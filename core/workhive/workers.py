@@ -5,8 +5,11 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from workhive.errors import InvalidArgument, WorkerNotFound
 from workhive.models import ReapedWorker, WorkerFilter, WorkerRecord, WorkerRegistration, WorkerStatus
+from workhive.redaction import contains_secret, scrub
 from workhive.validation import check_name, check_positive, check_text, printable_text
 
 if TYPE_CHECKING:
@@ -41,6 +44,10 @@ class Workers:
             if not isinstance(capability, str):
                 raise InvalidArgument(f"capabilities are strings, got {capability!r}", value=capability)
             check_text("capability", capability)
+        if any(contains_secret(c) for c in reg.capabilities):
+            # Free text, stored and shown (`workhive workers --json`, the dashboard): no secret goes in.
+            # (mypy's attrs plugin mistypes a field with converter=tuple, hence the ignore)
+            reg = attrs.evolve(reg, capabilities=tuple(scrub(c) for c in reg.capabilities))  # type: ignore[misc]
         return await self._backend.register_worker(reg)
 
     async def heartbeat(self, worker_id: str) -> WorkerRecord:
@@ -51,7 +58,8 @@ class Workers:
         """Record what the worker is doing (idle, busy, paused, stopping…).
 
         ``detail`` is kept as printable text: a lone surrogate (text that is not
-        valid Unicode, often from an exception) is kept as its escape.
+        valid Unicode, often from an exception) is kept as its escape, and every
+        secret the process holds is scrubbed out (``workhive.redaction``).
         """
         try:
             state = WorkerStatus(status)
@@ -61,7 +69,7 @@ class Workers:
         if detail is not None:
             if not isinstance(detail, str):
                 raise InvalidArgument(f"detail must be a string or None, got {detail!r}", value=detail)
-            detail = printable_text(detail)
+            detail = scrub(printable_text(detail))
         await self._backend.set_worker_status(worker_id, state, detail)
 
     async def get(self, worker_id: str) -> WorkerRecord:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import traceback
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from fake_shared_state import DictStateBackend, FakeClock, shared
@@ -178,3 +180,125 @@ def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
     from workhive.urls import redact_url
 
     assert redact_url(url) == shown
+
+
+# -- every form a key takes in text (issue 24) --------------------------------------------------------------
+#: a key with the characters encoders change: + / = (base64 alphabets), a quote, a backslash, a space,
+#: a non-ASCII letter and a character beyond the BMP (a surrogate pair in JSON)
+ODD_KEY = 'sk-ODD+a/B=9"q\\é😀 z-LEAKED'
+#: what an API key usually looks like: only + / = change when URL-encoded
+B64_KEY = "sk-proj-Aa0+Bb1/Cc2=LEAKED"
+
+
+def _lower_hex(text: str) -> str:
+    return re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), text)
+
+
+def _upper_json_hex(text: str) -> str:
+    return re.sub(r"\\u[0-9a-f]{4}", lambda m: "\\u" + m.group()[2:].upper(), text)
+
+
+def encoded_forms(key: str) -> dict[str, str]:
+    """The key as each encoder writes it: the forms ``workhive.redaction`` promises to scrub."""
+    dumped = json.dumps(key)[1:-1]
+    forms = {
+        "as is": key,
+        "quote": quote(key),
+        "quote safe=''": quote(key, safe=""),
+        "quote_plus": quote_plus(key),
+        "quote lower-case hex": _lower_hex(quote(key, safe="")),
+        "quote_plus lower-case hex": _lower_hex(quote_plus(key)),
+        "json.dumps": dumped,
+        "json.dumps ensure_ascii=False": json.dumps(key, ensure_ascii=False)[1:-1],
+        "JSON with \\/": dumped.replace("/", "\\/"),
+        "JSON upper-case \\u hex": _upper_json_hex(dumped),
+    }
+    return forms
+
+
+class TestEncodedSecrets:
+    """A key quoted URL-encoded or JSON-escaped is scrubbed like the key as is."""
+
+    @pytest.fixture(autouse=True)
+    def _fresh(self):
+        from workhive.redaction import forget_secrets
+
+        forget_secrets()
+        yield
+        forget_secrets()
+
+    def test_the_encoded_forms_differ_from_the_key(self) -> None:
+        # Otherwise the cases below would test the key as is again.
+        for key, distinct in ((ODD_KEY, 9), (B64_KEY, 4)):
+            forms = encoded_forms(key)
+            assert len(set(forms.values()) - {key}) == distinct, forms
+
+    @pytest.mark.parametrize("key", [ODD_KEY, B64_KEY], ids=["odd", "base64-like"])
+    @pytest.mark.parametrize("form", list(encoded_forms(ODD_KEY)))
+    def test_every_form_is_scrubbed_from_text_and_stored_errors(self, key: str, form: str) -> None:
+        from workhive.pool import error_text
+        from workhive.redaction import REDACTED, contains_secret, scrub
+
+        CredentialPool([Credential("ODD_KEY", key)])
+        quoted = encoded_forms(key)[form]
+        text = f"GET /v1?key={quoted}&x=1 -> 401"
+        assert contains_secret(text)
+        assert scrub(text) == f"GET /v1?key={REDACTED}&x=1 -> 401"
+        stored = error_text(RuntimeError(f'HTTP 401: {{"error": "bad key {quoted}"}}'))
+        assert stored == f'RuntimeError: HTTP 401: {{"error": "bad key {REDACTED}"}}'
+        assert "LEAKED" not in stored
+
+    def test_json_text_keeps_its_shape_and_stays_valid(self) -> None:
+        from workhive.redaction import REDACTED, register_secret, scrub_json
+
+        register_secret(ODD_KEY)
+        result = {
+            "echo": f"you sent {ODD_KEY}",
+            "nested": [{"deep": [ODD_KEY, 1, 2.5, None, True]}, quote_plus(ODD_KEY)],
+            ODD_KEY: "a key as an object key",
+            quote(ODD_KEY): "and URL-encoded, colliding with it once scrubbed",
+            "body": json.dumps({"key": ODD_KEY}),  # JSON inside a string: the key is JSON-escaped there
+            "n": 7,
+        }
+        text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+        clean = scrub_json(text)
+        assert "LEAKED" not in clean
+        assert json.loads(clean) == {
+            "echo": f"you sent {REDACTED}",
+            "nested": [{"deep": [REDACTED, 1, 2.5, None, True]}, REDACTED],
+            REDACTED: "a key as an object key",
+            f"{REDACTED} (2)": "and URL-encoded, colliding with it once scrubbed",
+            "body": json.dumps({"key": REDACTED}),
+            "n": 7,
+        }
+        untouched = '{"a":[1,2.5,null,"x"],"b":"\\u001b"}'
+        assert scrub_json(untouched) is untouched
+
+    def test_a_credentials_reason_shared_with_the_fleet_is_scrubbed_in_every_form(self) -> None:
+        import asyncio
+
+        clock = FakeClock()
+        backend = DictStateBackend(clock)
+        credential = Credential("ODD_KEY", ODD_KEY)
+        pool = CredentialPool([credential], shared=shared(backend), clock=clock, sleep=clock.sleep)
+        reason = f"HTTP 401: key={quote_plus(ODD_KEY)} body={json.dumps({'k': ODD_KEY})}"
+        asyncio.run(pool.report(credential, Outcome.AUTH_FAILED, reason=reason))
+        [state] = pool.snapshot()
+        assert state.state == "disabled" and "HTTP 401: key=**********" in (state.reason or "")
+        rows = json.dumps([value for value, _expiry in backend.rows.values()], default=str)
+        for text in (state.reason or "", rows, str(pool.snapshot())):
+            assert "LEAKED" not in text
+
+
+def test_a_reason_is_scrubbed_before_it_is_cut_to_length() -> None:
+    from workhive.redaction import forget_secrets
+
+    key = "sk-TRUNCATED-key-0123456789abcdef"
+    forget_secrets()
+    try:
+        CredentialPool([Credential("CUT_KEY", key)])
+        for cut_at in range(150, 200, 7):  # the key straddles the 200-character limit somewhere in here
+            verdict = classify(exc=RuntimeError("x" * cut_at + key))
+            assert "TRUNCATED" not in (verdict.reason or "") and "sk-TRU" not in (verdict.reason or ""), verdict
+    finally:
+        forget_secrets()

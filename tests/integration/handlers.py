@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import time
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import workhive
 
@@ -96,6 +99,33 @@ def leaky(ctx: Any) -> dict[str, Any]:
     if what == "rate_limit":
         raise workhive.RateLimited(f"HTTP 429: {body}", retry_after=0.01)
     return {"ok": what}
+
+
+def leaky_encoded(ctx: Any) -> dict[str, Any]:
+    """Returns its key in the result (as is, nested, as an object key), or quotes it encoded in an error."""
+    key = ctx.credential.secret.reveal()
+    what = ctx.data["do"]
+    if what == "quote_plus":
+        raise RuntimeError(f"GET https://api.example/v1?key={quote_plus(key)} -> 401")
+    if what == "quote":
+        lower_hex = re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), quote(key, safe=""))
+        raise workhive.Permanent(f"the API refused key={lower_hex}")
+    if what == "json":
+        # As PHP and some Java encoders write it: "/" escaped as "\/", non-ASCII as \uXXXX.
+        raise workhive.Permanent("HTTP 401: " + json.dumps({"error": {"key": key}}).replace("/", "\\/"))
+    return {"echo": f"called with {key}", "nested": {"list": [key, {"again": key}], "n": 1}, key: "as a key"}
+
+
+#: what a hostile API body may carry: clear the screen, set the clipboard (OSC 52), a C1 CSI
+CLEAR, CLIPBOARD, C1_CSI = "\x1b[2J", "\x1b]52;c;ZXZpbA==\x07", "\x9b1m"
+
+
+def terminal_mess(ctx: Any) -> dict[str, Any]:
+    """Raises, logs or returns text with terminal control sequences in it."""
+    if ctx.data["do"] == "boom":
+        ctx.logger.warning("the API said %s", CLIPBOARD)
+        raise RuntimeError(f"boom {CLEAR} {CLIPBOARD} {C1_CSI}")
+    return {"note": f"result {CLEAR} {CLIPBOARD} {C1_CSI}"}
 
 
 def killer_beside_innocents(ctx: Any) -> dict[str, Any]:

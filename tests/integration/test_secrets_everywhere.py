@@ -103,3 +103,56 @@ def test_no_canary_key_in_any_output_stream_or_the_database(tmp_path: Path) -> N
     assert len(files) >= 2
     for path in files:
         _assert_clean(str(path), path.read_bytes())
+
+
+#: URL-encoding and JSON escaping change + / = " and é: the encoded forms differ from the key as is
+ENCODED_CANARY = 'sk-enc+4444/LEAKED=dd"é'
+
+
+def test_a_key_in_results_or_encoded_in_errors_is_stored_and_shown_scrubbed(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(HERE), "ENC_KEY": ENCODED_CANARY}
+    storage = "sqlite:///enc/hive.db"
+    items = [{"do": "result"}, {"do": "quote_plus"}, {"do": "quote"}, {"do": "json"}]
+    pushed = workhive(
+        tmp_path, "--storage", storage, "push", "jobs", "-", "--json",
+        stdin="".join(json.dumps(i) + "\n" for i in items), **env,
+    )  # fmt: skip
+    assert pushed.code == 0, pushed
+    ids = pushed.json()["ids"]
+    run = workhive(
+        tmp_path, "--storage", storage, "work", "jobs", "--handler", "handlers:leaky_encoded",
+        "--credentials", "env:ENC_KEY", "--processes", "1", "--max-attempts", "1", "--until-empty",
+        "--progress", "log", "-v", **env,
+    )  # fmt: skip
+    assert run.code == 0, run
+    _assert_clean("work's stdout", run.out)
+    _assert_clean("work's stderr", run.err)
+
+    # The commands below run without the key: what they show is what the fleet stored.
+    shown = {}
+    for item_id in ids:
+        show = workhive(tmp_path, "--storage", storage, "show", "jobs", item_id, "--json", **env)
+        assert show.code == 0, show
+        _assert_clean("show --json", show.out)
+        shown[item_id] = show.json()
+        human = workhive(tmp_path, "--storage", storage, "show", "jobs", item_id, **env)
+        assert human.code == 0, human
+        _assert_clean("show", human.out)
+    r = "**********"
+    assert shown[ids[0]]["result"] == {
+        "echo": f"called with {r}",
+        "nested": {"list": [r, {"again": r}], "n": 1},
+        r: "as a key",
+    }
+    capped = " (poisoned after 1 attempts: the fleet's max_attempts)"
+    assert shown[ids[1]]["error"] == f"RuntimeError: GET https://api.example/v1?key={r} -> 401{capped}", shown[ids[1]]
+    assert shown[ids[2]]["error"] == f"Permanent: the API refused key={r}", shown[ids[2]]
+    assert shown[ids[3]]["error"] == 'Permanent: HTTP 401: {"error": {"key": "' + r + '"}}', shown[ids[3]]
+    for extra in ((), ("--json",)):
+        dead = workhive(tmp_path, "--storage", storage, "dead", "jobs", *extra, **env)
+        assert dead.code == 0, dead
+        _assert_clean("dead", dead.out)
+    files = list(tmp_path.glob("enc/hive.db*"))
+    assert files
+    for path in files:
+        _assert_clean(str(path), path.read_bytes())

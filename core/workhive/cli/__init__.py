@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from workhive.cli.config_cmd import config_cmd
-from workhive.cli.context import CliContext
+from workhive.cli.context import CliContext, echo
 from workhive.cli.dead_cmd import dead_cmd
 from workhive.cli.demo_cmd import demo_cmd
 from workhive.cli.plugins_cmd import plugins_cmd
@@ -28,7 +28,6 @@ from workhive.cli.status_cmd import status_cmd
 from workhive.cli.work_cmd import work_cmd
 from workhive.cli.workers_cmd import workers_cmd
 from workhive.errors import WorkhiveError
-from workhive.redaction import scrub
 
 __all__ = ["cli", "main"]
 
@@ -45,7 +44,7 @@ class _Group(click.Group):
             found = {}
             for name, command in manager.cli_commands().items():
                 if name in self.commands:
-                    click.echo(f"warning: a plugin's command {name!r} is ignored: it is built in", err=True)
+                    echo(f"warning: a plugin's command {name!r} is ignored: it is built in", err=True)
                 else:
                     found[name] = command
             ctx.meta["workhive.plugin_commands"] = found
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None) -> Any:
         try:
             rv = cli.main(args=args, prog_name="workhive", standalone_mode=False)
         except click.exceptions.Abort:
-            click.echo("aborted", err=True)
+            echo("aborted", err=True)
             sys.exit(130)
         except click.ClickException as exc:
             exc.show()
@@ -157,10 +156,10 @@ def main(argv: list[str] | None = None) -> Any:
         except WorkhiveError as exc:
             if debug:
                 raise
-            click.echo(f"error: {scrub(str(exc))}", err=True)
+            echo(f"error: {exc}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            echo("interrupted", err=True)
             sys.exit(130)
     # standalone_mode=False returns ctx.exit()'s code (an int) or the command's return value (None).
     if isinstance(rv, int) and rv != 0:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, table
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, table
 from workhive.config import SETTINGS
 from workhive.urls import redact_url
 
@@ -39,7 +39,7 @@ def config_cmd(cli: CliContext, as_json: bool) -> None:
     rows: list[tuple[Any, ...]] = [("SETTING", "VALUE", "SOURCE")]
     rows.extend((s.key, _show(config[s.key]), config.source(s.key)) for s in SETTINGS)
     table(rows)
-    click.echo(f"config file: {config.file or 'none found (workhive.toml or [tool.workhive] in pyproject.toml)'}")
+    echo(f"config file: {config.file or 'none found (workhive.toml or [tool.workhive] in pyproject.toml)'}")
 
 
 def _redact_values(data: Any) -> None:

@@ -18,9 +18,10 @@ from workhive.hive import Hive
 from workhive.hive import open as open_hive
 from workhive.plugin_manager import PluginManager
 from workhive.redaction import register_url_password, scrub_data
+from workhive.terminal import human
 from workhive.urls import redact_url
 
-__all__ = ["CliContext", "pass_cli", "emit_json", "json_option", "format_age", "table"]
+__all__ = ["CliContext", "pass_cli", "echo", "emit_json", "json_option", "format_age", "table"]
 
 T = TypeVar("T")
 
@@ -123,8 +124,25 @@ pass_cli = click.make_pass_decorator(CliContext)
 
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as JSON for scripts (one document, trailing newline), secrets scrubbed."""
+    """Print ``data`` as JSON for scripts (one document, trailing newline), secrets scrubbed.
+
+    Strings are exact: JSON escapes control characters itself (``\u001b``).
+    """
     click.echo(json.dumps(scrub_data(data), indent=2, sort_keys=True, default=str))
+
+
+def echo(text: Any, *, err: bool = False, one_line: bool = False) -> None:
+    """Print a line for people: secrets scrubbed, control characters shown as escapes.
+
+    Every human-output line of every command goes through here (or ``table``), on a
+    terminal or not: stored text (an item's error or result, a worker's host) may hold
+    escape sequences that clear the screen or set the clipboard (OSC 52), and a pipe
+    often ends at a terminal too. ``--json`` output goes through ``emit_json`` instead.
+
+    >>> echo("boom \x1b[2J")  # doctest: +SKIP
+    boom \x1b[2J
+    """
+    click.echo(human(text, one_line=one_line), err=err)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -158,8 +176,12 @@ def format_age(seconds: float | None) -> str:
 
 
 def table(rows: list[tuple[Any, ...]]) -> None:
-    """Print rows as left-aligned columns; the first row is the header."""
-    cells = [[str(c) for c in row] for row in rows]
+    """Print rows as left-aligned columns; the first row is the header.
+
+    Each cell is one line, as ``echo`` shows text: secrets scrubbed, control characters
+    (newlines and tabs included, which would break the columns) written as escapes.
+    """
+    cells = [[human(c, one_line=True) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

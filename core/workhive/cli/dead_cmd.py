@@ -6,13 +6,15 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, require_pool, table
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, require_pool, table
+from workhive.terminal import human
 
 
 def _one_line(text: str | None, width: int) -> str:
     if not text:
         return "-"
     line = text.strip().splitlines()[-1] if text.strip() else text  # a traceback's last line says what happened
+    line = human(line, one_line=True)  # escaped before it is cut, so the width is what is shown
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -48,10 +50,10 @@ def dead_cmd(cli: CliContext, pool: str, limit: int, offset: int, as_json: bool)
         emit_json(items)
         return
     if not items:
-        click.echo(f"no poisoned items in {pool}")
+        echo(f"no poisoned items in {pool}")
         return
     rows: list[tuple[Any, ...]] = [("ID", "ATTEMPTS", "ERROR")]
     rows.extend((i["id"], f"{i['attempts']}/{i['max_attempts']}", _one_line(i["error"], 100)) for i in items)
     table(rows)
     if total > offset + len(items):
-        click.echo(f"… {total - offset - len(items)} more (use --offset/--limit)")
+        echo(f"… {total - offset - len(items)} more (use --offset/--limit)")

@@ -8,18 +8,18 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, table
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, table
 
 
 def print_demo_report(report: Any) -> None:
     """The human report: what was done, what the rate limits and the bad key did, and the storage check."""
-    click.echo("")
-    click.echo(
+    echo("")
+    echo(
         f"workhive demo: {report.pushed} summarisation tasks, {report.processes} processes × "
         f"{report.concurrency} workers, storage {report.storage}"
     )
-    click.echo(f"  done        {report.done} of {report.pushed} in {format_age(report.elapsed)}")
-    click.echo(
+    echo(f"  done        {report.done} of {report.pushed} in {format_age(report.elapsed)}")
+    echo(
         f"  retries     {report.released + report.failed} "
         f"({report.released} after a 429 or a refused key, no attempt spent; {report.failed} after errors)"
     )
@@ -30,18 +30,18 @@ def print_demo_report(report: Any) -> None:
     table(rows)
     if report.rate_limited:
         seen = ", ".join(f"{k} {v}" for k, v in sorted(report.rate_limited.items()))
-        click.echo(f"  429s seen by the fleet: {seen}")
+        echo(f"  429s seen by the fleet: {seen}")
     for name, reason in sorted(report.disabled.items()):
-        click.echo(f"  disabled key: {name} ({reason if len(reason) <= 90 else reason[:89] + '…'})")
+        echo(f"  disabled key: {name} ({reason if len(reason) <= 90 else reason[:89] + '…'})")
     budgets = {"known": "known limits (env:…?rpm=)", "learned": "learned limits (--learn-limits)", "off": "off"}
-    click.echo(
+    echo(
         f"  budgets     {budgets.get(report.budgets, report.budgets)}: "
         f"{report.budget_waits} calls waited for their key's budget instead of meeting a 429"
     )
     if report.nothing_lost:
-        click.echo(f"  nothing lost: {report.done} DONE items in storage = {report.pushed} pushed, none pending")
+        echo(f"  nothing lost: {report.done} DONE items in storage = {report.pushed} pushed, none pending")
     else:
-        click.echo(
+        echo(
             f"  LOST WORK: {report.done} done, {report.poisoned} poisoned, {report.unfinished} unfinished "
             f"of {report.pushed} pushed (fleet: {report.fleet_reason})"
         )
@@ -84,7 +84,7 @@ def demo_cmd(
     from workhive.runtime.progress import renderer_for
 
     if not as_json:
-        click.echo(f"starting the fake LLM API and {processes} worker processes for {items} tasks…", err=True)
+        echo(f"starting the fake LLM API and {processes} worker processes for {items} tasks…", err=True)
     modes = ["off", "known", "learned"] if budgets == "compare" else [budgets]
     reports = []
     for mode in modes:
@@ -109,8 +109,8 @@ def demo_cmd(
 
 def print_budget_comparison(reports: list[Any]) -> None:
     """One line per budget mode: throughput and the 429s the API answered."""
-    click.echo("")
-    click.echo("budgets compared (same tasks, same keys, same fake API limits):")
+    echo("")
+    echo("budgets compared (same tasks, same keys, same fake API limits):")
     rows: list[tuple[Any, ...]] = [("  BUDGETS", "DONE", "ITEMS/S", "CALLS", "429s", "429 SHARE", "BUDGET WAITS")]
     for r in reports:
         calls = sum(seen["requests"] for seen in r.server.values())

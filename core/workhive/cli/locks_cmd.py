@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, pass_cli
+from workhive.cli.context import CliContext, echo, emit_json, pass_cli, table
 from workhive.errors import ConfigError
 from workhive.hive import DEFAULT_LOCKS
 from workhive.locks import LockHolder, LockProvider
+from workhive.terminal import human
 from workhive.urls import scheme_of
 
 __all__ = ["locks_cmd"]
@@ -52,8 +53,8 @@ def _run(cli: CliContext, url: str, action: Callable[[LockProvider], Awaitable[T
 
 
 def _shown(name: str, width: int = 60) -> str:
-    # Lock names may hold newlines, NULs or 10 KB of text: keep one table row per lock.
-    text = name if name.isprintable() else repr(name)[1:-1]
+    # Lock names may hold newlines, NULs, escape sequences or 10 KB of text: keep one table row per lock.
+    text = human(name, one_line=True)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -73,7 +74,7 @@ def _print_holders(holders: list[LockHolder], as_json: bool) -> None:
         emit_json([h.to_json(now) for h in holders])
         return
     if not holders:
-        click.echo("no locks held")
+        echo("no locks held")
         return
     rows = [("NAME", "TOKEN", "PID", "HOST", "WORKER", "AGE", "TTL", "STATUS")]
     for h in holders:
@@ -90,12 +91,10 @@ def _print_holders(holders: list[LockHolder], as_json: bool) -> None:
                 status,
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    table(rows)
     overdue = sum(1 for h in holders if h.overdue(now))
     if overdue:
-        click.echo(
+        echo(
             f"{overdue} holder(s) past their ttl: they are not broken; check that process (pid, host above)",
             err=True,
         )
@@ -150,6 +149,6 @@ def clean_cmd(ctx: click.Context, cli: CliContext, as_json: bool) -> None:
     if as_json:
         emit_json({"cleaned": names})
         return
-    click.echo(f"cleaned {len(names)} unused lock file(s)")
+    echo(f"cleaned {len(names)} unused lock file(s)")
     for name in names:
-        click.echo(f"  {_shown(name)}")
+        echo(f"  {_shown(name)}")

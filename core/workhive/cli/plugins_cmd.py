@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, pass_cli
+from workhive.cli.context import CliContext, emit_json, pass_cli, table
 
 
 @click.command("plugins")
@@ -21,6 +21,4 @@ def plugins_cmd(cli: CliContext, as_json: bool) -> None:
         provides = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in sorted(p.provides.items())) or "-"
         status = p.status if p.error is None else f"{p.status} ({p.error})"
         rows.append((p.name, p.distribution, p.version, status, provides))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+    table(rows)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, require_pool
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, require_pool
 
 __all__ = ["purge_cmd", "parse_duration"]
 
@@ -78,4 +78,4 @@ def purge_cmd(cli: CliContext, pool: str, older_than: float, yes: bool, as_json:
     if as_json:
         emit_json({"pool": pool, "older_than": older_than, "deleted": deleted})
     else:
-        click.echo(f"{pool}: deleted {deleted} finished item{'s' if deleted != 1 else ''}")
+        echo(f"{pool}: deleted {deleted} finished item{'s' if deleted != 1 else ''}")

@@ -9,7 +9,7 @@ from typing import IO, Any
 import attrs
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli
 from workhive.errors import InvalidArgument, InvalidItem, StorageError, WorkhiveError
 from workhive.models import Job
 from workhive.validation import MAX_DEPTH, MAX_INT_DIGITS, check_count, check_dedup_key, check_nonnegative, to_json
@@ -190,6 +190,6 @@ def push_cmd(
     if as_json:
         emit_json({"pool": pool, "pushed": len(ids), "ids": ids, "skipped": [attrs.asdict(b) for b in bad]})
         return
-    click.echo(f"pushed {len(ids)} item{'s' if len(ids) != 1 else ''} to {pool}")
+    echo(f"pushed {len(ids)} item{'s' if len(ids) != 1 else ''} to {pool}")
     for b in bad:
-        click.echo(f"skipped {label} line {b.line}: {b.error}", err=True)
+        echo(f"skipped {label} line {b.line}: {b.error}", err=True)

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, table
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, table
 from workhive.liveness import reap_gone
 
 
@@ -54,9 +54,9 @@ def reap_cmd(cli: CliContext, threshold: float | None, force: bool, as_json: boo
         emit_json({"threshold": limit, "reaped": reaped})
         return
     if not reaped:
-        click.echo(f"no worker has been silent for {limit:g}s or more")
+        echo(f"no worker has been silent for {limit:g}s or more")
         return
     rows: list[tuple[Any, ...]] = [("WORKER", "RELEASED", "POISONED")]
     rows.extend((r["worker_id"], r["released"], r["poisoned"]) for r in reaped)
     table(rows)
-    click.echo(f"reaped {len(reaped)} worker{'s' if len(reaped) != 1 else ''}")
+    echo(f"reaped {len(reaped)} worker{'s' if len(reaped) != 1 else ''}")

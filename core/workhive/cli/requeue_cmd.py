@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, json_option, pass_cli, require_pool
+from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, require_pool
 from workhive.errors import InvalidArgument
 from workhive.models import ItemState
 
@@ -42,4 +42,4 @@ def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_a
     if as_json:
         emit_json({"pool": pool, "requeued": count})
         return
-    click.echo(f"requeued {count} item{'s' if count != 1 else ''} in {pool}")
+    echo(f"requeued {count} item{'s' if count != 1 else ''} in {pool}")

@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, require_pool
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool
 from workhive.models import WorkItem
-from workhive.redaction import scrub
 
 __all__ = ["show_cmd", "item_json"]
 
@@ -91,4 +90,4 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         ("error", data["error"] or "-"),
     ]
     for label, value in lines:
-        click.echo(scrub(f"{label + ':':<11} {value}"))
+        echo(f"{label + ':':<11} {value}")  # an error's traceback keeps its lines; control characters are escaped

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from workhive.budgets import learned_rates
-from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, require_pool, table
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool, table
 from workhive.hive import Hive
 from workhive.liveness import process_gone
 from workhive.models import PoolStats, WorkerRecord, WorkerStatus
@@ -79,7 +79,7 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
         emit_json(data)
         return
     if not data["pools"]:
-        click.echo(f"no pools yet in {redact_url(cli.config['storage'])} (push some work: workhive push POOL FILE)")
+        echo(f"no pools yet in {redact_url(cli.config['storage'])} (push some work: workhive push POOL FILE)")
     else:
         rows: list[tuple[Any, ...]] = [("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "OLDEST")]
         for p in data["pools"]:
@@ -97,9 +97,9 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
         table(rows)
     w = data["workers"]
     dead = f"{w['dead']} dead (process gone; `workhive reap` releases their items), " if w["dead"] else ""
-    click.echo(f"workers: {w['active']} active, {dead}{w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")
+    echo(f"workers: {w['active']} active, {dead}{w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")
     for notice in data["notices"]:
-        click.echo(f"note: {notice}")
+        echo(f"note: {notice}")
     for name, rate in data["key_rates"].items():
         how = "ramping up" if rate["ramping"] else f"after {rate['decreases']} slow-down(s) on 429s"
-        click.echo(f"key {name}: {rate['rpm']:g} requests/min effective rate ({how})")
+        echo(f"key {name}: {rate['rpm']:g} requests/min effective rate ({how})")

@@ -9,10 +9,11 @@ from typing import Any
 import attrs
 import click
 
-from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli
 from workhive.config import PROGRESS_MODES
 from workhive.errors import PoolNotFound
-from workhive.redaction import install_log_scrubbing, scrub, scrub_data
+from workhive.redaction import install_log_scrubbing, scrub_data
+from workhive.terminal import log_to_stderr
 
 
 def report_json(report: Any) -> dict[str, Any]:
@@ -21,11 +22,7 @@ def report_json(report: Any) -> dict[str, Any]:
 
 
 def print_report(report: Any) -> None:
-    """The human summary of a fleet run (secrets scrubbed from every line)."""
-
-    def echo(line: str) -> None:
-        click.echo(scrub(line))
-
+    """The human summary of a fleet run (secrets scrubbed and control characters escaped on every line)."""
     echo(
         f"{report.pool}: {report.done} done, {report.failed} failed (retried), {report.poisoned} poisoned, "
         f"{report.released} released, in {format_age(report.elapsed)}"
@@ -54,9 +51,8 @@ def _log_level(verbose: int, log_level: str | None) -> str:
 def _configure_logging(level: str) -> None:
     # The supervisor logs here; worker processes get the same level and format (--log-level is
     # passed on), so a handler's ctx.logger lines show up beside the fleet's own.
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
-    )
+    # Log lines quote handler errors: control characters in them are escaped (workhive.terminal).
+    log_to_stderr(level)
     logging.getLogger("workhive").setLevel(level)
     install_log_scrubbing()
 
@@ -202,7 +198,7 @@ def work_cmd(
                 pool=pool,
                 known=known,
             )
-        click.echo(
+        echo(
             f"warning: pool {pool!r} has no items yet (known pools: {listing}); the workers wait for work pushed to it",
             err=True,
         )

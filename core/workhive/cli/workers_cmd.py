@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, emit_json, format_age, json_option, pass_cli, table
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, table
 from workhive.cli.status_cmd import worker_health
 from workhive.models import WorkerStatus
 
@@ -55,7 +55,7 @@ def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], sh
         emit_json(workers)
         return
     if not workers:
-        click.echo("no workers" + ("" if show_all else " running (--all includes stopped and lost ones)"))
+        echo("no workers" + ("" if show_all else " running (--all includes stopped and lost ones)"))
         return
     rows: list[tuple[Any, ...]] = [("WORKER", "HOST", "PID", "POOLS", "STATUS", "HEALTH", "HEARTBEAT")]
     for w in workers:

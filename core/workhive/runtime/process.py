@@ -49,6 +49,7 @@ from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.worker import Worker
+from workhive.terminal import log_to_stderr
 
 __all__ = ["EXIT_UNHEALTHY", "IdleWaiter", "ProcessRuntime", "main"]
 
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    log_to_stderr(args.log_level)  # handler errors are logged: their control characters are escaped
     sink = ev.PipeSink(args.events_fd)
     line = sys.stdin.readline()
     try:

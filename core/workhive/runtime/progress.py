@@ -21,7 +21,7 @@ from typing import IO, Literal
 
 import attrs
 
-from workhive.redaction import scrub
+from workhive.terminal import human
 
 __all__ = ["FleetProgress", "format_line", "renderer_for", "LogRenderer", "LineRenderer"]
 
@@ -79,7 +79,11 @@ def _duration(seconds: float) -> str:
 
 
 def format_line(p: FleetProgress) -> str:
-    """One line: counts, rate, ETA, 429s per credential, processes, elapsed time."""
+    """One line: counts, rate, ETA, 429s per credential, processes, elapsed time, the last error.
+
+    Secrets are scrubbed and control characters escaped (``workhive.terminal.human``): the
+    line goes to a terminal, and quotes what a handler raised.
+    """
     parts = [f"{p.pool}: {p.done} done, {p.failed} retried, {p.poisoned} poisoned, {p.remaining} left"]
     speed = f"{p.rate:.1f}/s"
     if p.eta is not None and p.remaining:
@@ -95,9 +99,11 @@ def format_line(p: FleetProgress) -> str:
     parts.append(_duration(p.elapsed))
     if p.last_errors:
         item_id, error = list(p.last_errors.items())[-1]
-        error = " ".join(error.split())  # one line, whatever the handler raised
+        # One line, whatever the handler raised: whitespace runs become one space, and control
+        # characters (an escape sequence quoted from an API body) are shown as escapes, before the cut.
+        error = human(" ".join(error.split()), one_line=True)
         parts.append(f"last error {item_id}: {error if len(error) <= 100 else error[:99] + '…'}")
-    return scrub(" | ".join(parts))
+    return human(" | ".join(parts), one_line=True)
 
 
 class LogRenderer:
