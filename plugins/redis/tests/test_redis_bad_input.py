@@ -389,3 +389,17 @@ def test_the_cli_shows_no_piece_of_the_password_in_config_status_or_errors(char:
             assert run.returncode == 0, run.stderr
     if char not in "/?#":
         assert "jobs" in runs[3].stdout
+
+
+@pytest.mark.parametrize("char", RESERVED)
+def test_a_fleet_refusing_its_lock_url_shows_no_piece_of_the_password(char: str) -> None:
+    from workhive.runtime.fleet import check_lock_provider
+    from workhive.runtime.options import FleetOptions
+
+    # An unknown option makes every one of these URLs unusable, whatever the password holds.
+    locks = f"redis://user:{canary(char)}@127.0.0.1:6379/0?nope=1"
+    hive = workhive.open(url_for(new_prefix()), locks=locks)
+    options = FleetOptions(pool="jobs", handler="mod:fn", storage=url_for(new_prefix()), locks=locks)
+    with pytest.raises(ConfigError, match="--locks") as info:
+        check_lock_provider(hive, options)
+    assert_no_canary(str(info.value), repr(vars(info.value)))
