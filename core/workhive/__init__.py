@@ -80,6 +80,7 @@ from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin,
 from workhive.pool import Pool
 from workhive.shared_state import SharedState
 from workhive.storage import CompletesAndClaims, StorageBackend
+from workhive.urls import redact_url
 from workhive.workers import Workers
 
 __all__ = [
@@ -158,4 +159,5 @@ __all__ = [
     "WorkhiveError",
     "hookimpl",
     "open",
+    "redact_url",
 ]

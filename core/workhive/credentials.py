@@ -49,6 +49,7 @@ from workhive.budgets import Budget
 from workhive.errors import ConfigError, CredentialError, InvalidArgument, NoCredentialAvailable
 from workhive.redaction import register_secret, scrub, scrub_value
 from workhive.retry_after import parse_retry_after
+from workhive.urls import parse_options
 from workhive.validation import check_name, check_nonnegative, check_positive
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ def _split_budget(spec: str, argument: str) -> tuple[str, dict[str, str] | None]
     if "?" not in argument:
         return argument, None
     argument, _, query = argument.partition("?")
-    fields: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
     for part in query.split("&"):
         name, eq, value = part.partition("=")
         if not eq or not name.strip():
@@ -351,10 +352,9 @@ def _split_budget(spec: str, argument: str) -> tuple[str, dict[str, str] | None]
                 f"credential spec {spec!r}: budget part {part!r} must be field=value, e.g. ?rpm=500&tpm=200000",
                 spec=spec,
             )
-        if name.strip() in fields:
-            raise ConfigError(f"credential spec {spec!r} gives {name.strip()!r} twice", spec=spec)
-        fields[name.strip()] = value
-    return argument, fields
+        pairs.append((name.strip(), value))
+    # The rule every URL and spec follows (workhive.urls.parse_options): an option given twice is refused.
+    return argument, parse_options(pairs, f"credential spec {spec!r}", spec=spec)
 
 
 def _merge_budget(credential: Credential, fields: dict[str, str]) -> Budget:

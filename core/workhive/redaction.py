@@ -32,7 +32,9 @@ import threading
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from workhive.urls import url_password
 
 __all__ = [
     "REDACTED",
@@ -152,15 +154,21 @@ def register_secrets(values: Iterable[str]) -> None:
 
 
 def register_url_password(url: str | None) -> None:
-    """Register the password of a URL such as ``postgresql://user:pw@host/db``, if it has one."""
-    if not url:
-        return
-    try:
-        password = urlsplit(url).password
+    """Register the password of a URL such as ``postgresql://user:pw@host/db``, if it has one.
+
+    Read up to the URL's last ``@`` (``workhive.urls.url_password``), so a password written with
+    raw ``@ ? # / :`` is registered whole; its percent-decoded form too, which is what a driver
+    sends and may echo.
+    """
+    found = [url_password(url)]
+    try:  # and as urlsplit reads it, which differs when an '@' follows the host
+        found.append(urlsplit(url).password if isinstance(url, str) else None)
     except ValueError:
-        return
-    if password:
-        register_secret(password)
+        pass
+    for password in found:
+        if password:
+            register_secret(password)
+            register_secret(unquote(password))
 
 
 def forget_secrets() -> None:

@@ -182,3 +182,48 @@ class TestFleetOptions:
         data = load_config({"lease": 12.0}, env={}, search_from=tmp_path).to_json()
         assert data["lease"] == {"value": 12.0, "source": "flag --lease"}
         assert set(data) == {s.key for s in SETTINGS}
+
+
+class TestConfigCommandHidesPasswords:
+    """``workhive config`` (text and --json) never shows any piece of a URL's password (issue 24)."""
+
+    @pytest.fixture(autouse=True)
+    def _empty_dir(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        import os
+
+        for name in list(os.environ):
+            if name.startswith("WORKHIVE_"):
+                monkeypatch.delenv(name)
+        monkeypatch.chdir(tmp_path)
+
+    @staticmethod
+    def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+        from workhive.cli import main
+
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        out, err = capsys.readouterr()
+        return int(code or 0), out + err
+
+    @pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+    @pytest.mark.parametrize("as_json", [False, True])
+    def test_flag_env_and_file_urls(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, char: str, as_json: bool
+    ) -> None:
+        password = f"ssCANARY1{char}ssCANARY2{char}ssCANARY3"
+        storage = f"redis://user:{password}@cache:6379/0?prefix=p"
+        monkeypatch.setenv("WORKHIVE_LOCKS", f"postgresql://app:{password}@db:5432/jobs")
+        code, out = self.run(capsys, "--storage", storage, "config", *(["--json"] if as_json else []))
+        assert code == 0, out
+        assert "CANARY" not in out, out
+        assert "cache:6379/0?prefix=p" in out and "db:5432/jobs" in out  # the rest is still shown
+
+    @pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+    def test_a_url_in_the_config_file(self, capsys: pytest.CaptureFixture[str], tmp_path: Path, char: str) -> None:
+        password = f"ssCANARY1{char}ssCANARY2{char}ssCANARY3"
+        write(tmp_path / "workhive.toml", f'storage = "postgresql://app:{password}@db/jobs"\n')
+        for argv in (["config"], ["config", "--json"]):
+            code, out = self.run(capsys, *argv)
+            assert code == 0 and "CANARY" not in out, out

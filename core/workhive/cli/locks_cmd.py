@@ -23,7 +23,7 @@ from workhive.errors import ConfigError
 from workhive.hive import DEFAULT_LOCKS
 from workhive.locks import LockHolder, LockProvider
 from workhive.terminal import human
-from workhive.urls import scheme_of
+from workhive.urls import redact_url, scheme_of
 
 __all__ = ["locks_cmd"]
 
@@ -39,8 +39,8 @@ def _run(cli: CliContext, url: str, action: Callable[[LockProvider], Awaitable[T
     directory = getattr(provider, "directory", None)
     if isinstance(directory, (str, os.PathLike)) and os.path.exists(directory) and not os.path.isdir(directory):
         raise ConfigError(
-            f"lock URL {url!r} points at {os.fspath(directory)!r}, which is a file, not a directory of lock files; "
-            "point --locks at a directory (it is created if missing)"
+            f"lock URL {redact_url(url)!r} points at {os.fspath(directory)!r}, which is a file, not a directory "
+            "of lock files; point --locks at a directory (it is created if missing)"
         )
 
     async def go() -> T:
@@ -142,7 +142,9 @@ def clean_cmd(ctx: click.Context, cli: CliContext, as_json: bool) -> None:
     async def clean(provider: LockProvider) -> list[str]:
         cleaner: Any = getattr(provider, "clean", None)
         if cleaner is None:
-            raise ConfigError(f"the lock provider for {url!r} keeps no lock files, so there is nothing to clean")
+            raise ConfigError(
+                f"the lock provider for {redact_url(url)!r} keeps no lock files, so there is nothing to clean"
+            )
         return list(await cleaner())
 
     names = _run(cli, url, clean)

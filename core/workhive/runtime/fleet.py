@@ -17,6 +17,7 @@ from workhive.runtime.options import MAX_CONCURRENCY, MAX_PROCESSES, FleetOption
 from workhive.runtime.process import _open_hive, build_budgets, build_credentials
 from workhive.runtime.progress import FleetProgress, renderer_for
 from workhive.runtime.supervisor import Supervisor
+from workhive.urls import redact_url
 from workhive.validation import check_name
 
 __all__ = ["run_fleet", "check_options"]
@@ -93,7 +94,8 @@ def check_lock_provider(hive: Hive, options: FleetOptions) -> None:
     try:
         hive.locks()
     except WorkhiveError as exc:
-        where = f"--locks {options.locks!r}" if options.locks else "the default lock provider for this storage"
+        default = "the default lock provider for this storage"
+        where = f"--locks {redact_url(options.locks)!r}" if options.locks else default
         raise ConfigError(
             f"{where} cannot be used, and handlers may take locks with ctx.lock: {exc} "
             "(pass --locks URL with an installed lock provider, see `workhive plugins`)"

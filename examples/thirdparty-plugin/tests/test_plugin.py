@@ -39,3 +39,17 @@ def test_unknown_factory_options_are_config_errors() -> None:
 def test_create_false_through_the_factory() -> None:
     with pytest.raises(workhive.HiveNotFound, match="list://never-made"):
         workhive.open("list://never-made", manager=workhive.PluginManager(), create=False)
+
+
+@pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+def test_a_password_in_a_mistyped_url_is_never_shown(char: str) -> None:
+    url = f"list://user:ssCANARY1{char}ssCANARY2{char}ssCANARY3@host"
+    with pytest.raises(ConfigError) as info:
+        workhive.open(url, manager=workhive.PluginManager())
+    for text in (str(info.value), repr(info.value), repr(vars(info.value))):
+        assert "CANARY" not in text, text
+
+
+def test_options_given_twice_are_refused_as_list_takes_none() -> None:
+    with pytest.raises(ConfigError, match=r"no \?options"):
+        workhive.open("list://dup?a=1&a=2", manager=workhive.PluginManager())

@@ -32,6 +32,7 @@ from workhive import (
     WorkerRegistration,
     WorkerStatus,
     WorkItem,
+    redact_url,
 )
 from workhive.ids import item_id
 
@@ -109,9 +110,12 @@ class ListStorage:
     def __init__(self, url: str = "list://", *, clock: Callable[[], float] | None = None, create: bool = True) -> None:
         match = _URL.fullmatch(url) if isinstance(url, str) else None
         if match is None:
+            # Shown through redact_url: a URL mistyped with user:password@ in it must not be echoed.
+            shown = redact_url(url)
             raise ConfigError(
-                f"list storage URL {url!r} is malformed: use list:// (private) or list://NAME (shared in-process)",
-                url=url,
+                f"list storage URL {shown!r} is malformed: use list:// (private) or list://NAME (shared "
+                "in-process); it takes no ?options",
+                url=shown,
             )
         name = match.group(1)
         if not create and (name is None or name not in _named):

@@ -268,3 +268,21 @@ async def test_a_foreign_lock_file_raises_instead_of_resetting_the_token(tmp_pat
     # ...and the failed attempt left nothing held
     os.unlink(locks.path_for("x"))
     await locks.release(await locks.acquire("x", ttl=None, timeout=0, worker_id=None))
+
+
+# -- passwords in mistyped URLs, options given twice (issue 24) ---------------------------------
+@pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+def test_a_password_in_a_mistyped_url_is_never_shown(char: str) -> None:
+    password = f"ssCANARY1{char}ssCANARY2{char}ssCANARY3"
+    for url in (f"fcntl://user:{password}@host/locks", f"fcntl:user:{password}@host/locks"):
+        with pytest.raises(ConfigError) as info:
+            FcntlLocks(url)
+        for text in (str(info.value), repr(info.value), repr(vars(info.value))):
+            assert "CANARY" not in text, text
+
+
+def test_options_given_twice_are_refused_and_no_directory_is_made(tmp_path: Path) -> None:
+    # fcntl locks take no options at all, so a repeated one is refused with the rest.
+    with pytest.raises(ConfigError, match="take none"):
+        FcntlLocks(f"fcntl:///{tmp_path}/locks?lease=1&lease=2")
+    assert list(tmp_path.iterdir()) == []

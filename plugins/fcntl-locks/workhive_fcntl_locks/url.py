@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from workhive.errors import ConfigError
+from workhive.urls import redact_url
 
 __all__ = ["DEFAULT_DIRECTORY", "directory_from_url"]
 
@@ -31,18 +32,15 @@ def directory_from_url(url: str) -> str:
     >>> directory_from_url("fcntl:////tmp/locks")
     '/tmp/locks'
     """
+    shown = redact_url(url)  # a URL mistyped with a user:password@ in it is never echoed whole
     if not isinstance(url, str) or not url.lower().startswith("fcntl://"):
-        raise ConfigError(f"lock URL {url!r} is not an fcntl URL: {_FORMS}", url=url)
+        raise ConfigError(f"lock URL {shown!r} is not an fcntl URL: {_FORMS}", url=shown)
     rest = url[len("fcntl://") :]
     if "?" in rest or "#" in rest:
-        raise ConfigError(f"lock URL {url!r} has options, but fcntl locks take none: {_FORMS}", url=url)
+        raise ConfigError(f"lock URL {shown!r} has options, but fcntl locks take none: {_FORMS}", url=shown)
     if rest and not rest.startswith("/"):
-        raise ConfigError(
-            f"lock URL {url!r} names a host ({rest.split('/', 1)[0]!r}); fcntl locks are local to one machine: "
-            f"{_FORMS}",
-            url=url,
-        )
+        raise ConfigError(f"lock URL {shown!r} names a host; fcntl locks are local to one machine: {_FORMS}", url=shown)
     path = rest[1:] or DEFAULT_DIRECTORY
     if "\x00" in path:
-        raise ConfigError(f"lock URL {url!r} contains a NUL character: {_FORMS}", url=url)
+        raise ConfigError(f"lock URL {shown!r} contains a NUL character: {_FORMS}", url=shown)
     return os.path.abspath(os.path.expanduser(path))

@@ -98,3 +98,22 @@ async def test_claim_cost_does_not_scan_claimed_items() -> None:
         assert index.claimable_soon() == held[0].lease_expires_at
         last = await pool.claim("w")
         assert last is not None and index.ready.size == 0
+
+
+# -- passwords in mistyped URLs, options given twice (issue 24) ---------------------------------
+@pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+def test_a_password_in_a_mistyped_url_is_never_shown(char: str) -> None:
+    url = f"memory://user:ssCANARY1{char}ssCANARY2{char}ssCANARY3@host"
+    for make in (MemoryStorage, lambda u: workhive.open(u, manager=workhive.PluginManager())):
+        with pytest.raises(ConfigError) as info:
+            make(url)
+        for text in (str(info.value), repr(info.value), repr(vars(info.value))):
+            assert "CANARY" not in text, text
+
+
+def test_options_given_twice_are_refused_as_memory_takes_none() -> None:
+    # memory:// takes no options at all, so a repeated one is refused with the rest.
+    with pytest.raises(ConfigError, match=r"no \?options"):
+        workhive.open("memory://dup-test?lease=1&lease=2", manager=workhive.PluginManager())
+    with pytest.raises(HiveNotFound):  # and no store of that name was made
+        MemoryStorage("memory://dup-test", create=False)

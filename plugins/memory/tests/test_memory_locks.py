@@ -92,3 +92,22 @@ async def test_two_tasks_that_reacquire_at_once_take_turns() -> None:
 
     await asyncio.gather(loop("a"), loop("b"))
     assert order[:100] == ["a", "b"] * 50, order  # a waiter never watches the other take the lock twice
+
+
+# -- passwords in mistyped URLs, options given twice (issue 24) ---------------------------------
+@pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+def test_a_password_in_a_mistyped_lock_url_is_never_shown(char: str) -> None:
+    url = f"memory://user:ssCANARY1{char}ssCANARY2{char}ssCANARY3@host"
+    try:
+        locks = MemoryLocks(url)
+    except ConfigError as exc:  # / ? # make it a path or options: refused
+        texts = [str(exc), repr(exc), repr(vars(exc))]
+    else:  # @ and : are a store name like any other (memory locks have no password to use)
+        texts = [repr(locks)]
+    for text in texts:
+        assert "CANARY" not in text, text
+
+
+def test_a_lock_url_with_options_given_twice_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no options"):
+        MemoryLocks("memory://dup?lease=1&lease=2")

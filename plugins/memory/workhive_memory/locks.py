@@ -30,6 +30,7 @@ from workhive.locks import (
     lock_timeout_error,
     report_overdue,
 )
+from workhive.urls import redact_url
 
 __all__ = ["MemoryLocks"]
 
@@ -68,12 +69,15 @@ _named_mutex = threading.Lock()
 
 
 def _store_for(url: str) -> _Store:
+    shown = redact_url(url)  # a URL mistyped with a user:password@ in it is never echoed whole
     if not isinstance(url, str) or not url.lower().startswith("memory:"):
-        raise ConfigError(f"lock URL {url!r} is not a memory URL: write memory:// or memory://NAME", url=url)
+        raise ConfigError(f"lock URL {shown!r} is not a memory URL: write memory:// or memory://NAME", url=shown)
     rest = url[len("memory:") :]
     name = rest[2:] if rest.startswith("//") else rest
     if "?" in name or "#" in name or "/" in name:
-        raise ConfigError(f"lock URL {url!r} is malformed: write memory:// or memory://NAME (no path, no options)")
+        raise ConfigError(
+            f"lock URL {shown!r} is malformed: write memory:// or memory://NAME (no path, no options)", url=shown
+        )
     if not name:
         return _Store()
     with _named_mutex:
@@ -99,7 +103,7 @@ class MemoryLocks:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"MemoryLocks({self.url!r})"
+        return f"MemoryLocks({redact_url(self.url)!r})"
 
     def _try(
         self, name: str, ttl: float | None, worker_id: str | None, ticket: asyncio.Future[None] | None = None

@@ -40,6 +40,7 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.urls import redact_url
 from workhive_memory.budget import MemoryBudgets
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
 
@@ -57,10 +58,12 @@ def parse_memory_url(url: object) -> str | None:
     """
     match = _URL.fullmatch(url) if isinstance(url, str) else None
     if match is None:
+        shown = redact_url(url)  # a URL mistyped with a user:password@ in it is never echoed whole
         raise ConfigError(
-            f"memory storage URL {url!r} is malformed: use memory:// for a private store or "
-            "memory://NAME (letters, digits, . _ -) to share one store between Hives of this process",
-            url=url,
+            f"memory storage URL {shown!r} is malformed: use memory:// for a private store or "
+            "memory://NAME (letters, digits, . _ -) to share one store between Hives of this process; "
+            "it takes no ?options",
+            url=shown,
         )
     return match.group(1)
 

@@ -383,3 +383,104 @@ async def test_a_session_ended_on_every_try_gives_up_within_retry_for_naming_the
     hive = workhive.open(pg_server.url_for(schema) + "&retry_for=0.3")
     with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1:5432"):
         await hive.open()
+
+
+# -- passwords with raw reserved characters, options given twice (issue 24) -------------------
+RESERVED = ["@", "?", "#", "/", ":"]
+
+
+def canary(char: str) -> str:
+    """A password whose every piece carries the canary, so any fragment that shows is caught."""
+    return f"ssCANARY1{char}ssCANARY2{char}ssCANARY3"
+
+
+def assert_no_canary(*texts: object) -> None:
+    for text in texts:
+        assert "CANARY" not in str(text), f"a piece of the password leaked into: {text}"
+
+
+@pytest.mark.parametrize("char", RESERVED)
+def test_config_errors_never_show_a_piece_of_a_password_with_reserved_characters(char: str) -> None:
+    from workhive_postgres import PostgresLocks
+
+    password = canary(char)
+    for url in (
+        f"postgresql://app:{password}@db.example:5432/jobs?nope=1",
+        f"postgresql://app:{password}@db.example:5432/jobs?schema=Bad-Name",
+        f"postgresql://app:{password}@db.example:5432/jobs?schema=a&schema=b",
+        f"postgresql://app:{password}@db.example:99999/jobs",
+        f"postgres://app:{password}@db.example/",
+    ):
+        for make in (PostgresStorage, PostgresLocks, parse_url, lambda u: workhive.open(u)):
+            with pytest.raises(ConfigError) as info:
+                make(url)
+            assert_no_canary(str(info.value), repr(info.value), repr(vars(info.value)))
+
+
+@pytest.mark.parametrize("char", ["?", "#", "/"])
+@pytest.mark.asyncio
+async def test_a_password_that_would_be_read_as_host_port_or_database_is_refused(char: str, schema: str) -> None:
+    # Read as urlsplit reads it, postgresql://app:5432/ssCANARY1#…@host/db is host "app", port 5432,
+    # database "ssCANARY1": a connection somewhere else, and a message naming a piece of the password.
+    url = f"postgresql://app:5432{char}ssCANARY1#ssCANARY2@127.0.0.1:5432/test?schema={schema}"
+    with pytest.raises(ConfigError, match="Percent-encode") as info:
+        async with workhive.open(url) as hive:
+            await hive.pool("jobs").push("x")
+    assert_no_canary(str(info.value), repr(vars(info.value)))
+    assert "127.0.0.1:5432/test" in str(info.value)  # the rest of the URL is still shown
+    assert not await schema_exists(schema)
+
+
+@pytest.mark.parametrize("char", ["@", ":"])
+@pytest.mark.asyncio
+async def test_a_raw_at_sign_or_colon_in_the_password_is_read_whole(char: str, schema: str) -> None:
+    cfg = parse_url(f"postgresql://postgres:{canary(char)}@127.0.0.1:5432/test?schema={schema}")
+    assert (cfg.password, cfg.where, cfg.user) == (canary(char), "127.0.0.1:5432/test", "postgres")
+    # The shared server trusts local users, so any password opens it: the host was read right.
+    async with workhive.open(f"postgresql://postgres:{canary(char)}@127.0.0.1:5432/test?schema={schema}") as hive:
+        await hive.pool("jobs").push("x")
+        assert_no_canary(repr(hive.storage), hive.storage.url)  # type: ignore[attr-defined]
+    port = free_port()
+    err = await open_error(f"postgresql://postgres:{canary(char)}@127.0.0.1:{port}/test?schema={schema}")
+    assert isinstance(err, StorageUnavailable)
+    assert_no_canary(str(err), repr(err), repr(vars(err)))
+
+
+@pytest.mark.parametrize(
+    "query", ["schema={a}&schema={b}", "schema={a}&pool_size=1&pool_size=2", "schema={a}&retry_for=1&retry_for=1"]
+)
+@pytest.mark.asyncio
+async def test_an_option_given_twice_is_refused_naming_it_and_nothing_is_created(query: str) -> None:
+    from workhive_postgres import PostgresLocks
+
+    a, b = pg_server.schema_for(f"{query}-a"), pg_server.schema_for(f"{query}-b")
+    url = pg_server.url_for(a).split("?")[0] + "?" + query.format(a=a, b=b)
+    name = query.split("&")[-1].split("=")[0]
+    with pytest.raises(ConfigError, match=f"gives '{name}' twice: give each option once"):
+        async with workhive.open(url) as hive:
+            await hive.pool("jobs").push("x")
+    with pytest.raises(ConfigError, match=f"'{name}' twice"):
+        locks = PostgresLocks(url)
+        try:
+            await locks.release(await locks.acquire("l", timeout=0, worker_id="w"))
+        finally:
+            await locks.close()
+    assert not await schema_exists(a) and not await schema_exists(b)
+
+
+@pytest.mark.parametrize("char", RESERVED)
+def test_the_cli_shows_no_piece_of_the_password(char: str, schema: str, tmp_path: Any) -> None:
+    url = f"postgresql://postgres:{canary(char)}@127.0.0.1:5432/test?schema={schema}"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}, "WORKHIVE_STORAGE": url}
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"n": 1}\n')
+    runs = [cli("config", env=env), cli("push", "jobs", str(items), env=env), cli("status", "--json", env=env)]
+    for run in runs:
+        assert_no_canary(run.stdout, run.stderr)
+        assert "Traceback" not in run.stderr
+    assert runs[0].returncode == 0, runs[0].stderr
+    for run in runs[1:]:
+        if char in "/?#":
+            assert run.returncode != 0 and "Percent-encode" in run.stderr, run.stderr
+        else:
+            assert run.returncode == 0, run.stderr

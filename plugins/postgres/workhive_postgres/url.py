@@ -8,7 +8,8 @@ Forms::
 
 The password never leaves this module in any text: ``PostgresConfig.where``
 (``host:port/db``) and ``PostgresConfig.redacted`` are what messages and
-reprs show. A URL that fails to parse is described, never echoed.
+reprs show. A URL that fails to parse is described, never echoed (one whose password
+holds a raw ``/ ? #`` is shown by ``workhive.urls.redact_url``, which masks all of it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import attrs
 
 from workhive.errors import ConfigError
+from workhive.urls import check_userinfo, parse_options
+from workhive.urls import redact_url as _redact
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresConfig", "parse_url", "redact_url"]
 
@@ -84,17 +87,14 @@ class PostgresConfig:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for text shown to people).
+    """``url`` with any password replaced by ``***`` (for text shown to people): ``workhive.urls.redact_url``.
 
     >>> redact_url("postgresql://u:pw@h/db")
     'postgresql://u:***@h/db'
+    >>> redact_url("postgresql://u:p/w?d@h/db")
+    'postgresql://u:***@h/db'
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    userinfo = netloc[0].split(":", 1)[0]
-    return parts._replace(netloc=f"{userinfo}:***@{netloc[2]}").geturl()
+    return _redact(url)
 
 
 def _bad(message: str) -> ConfigError:
@@ -120,6 +120,8 @@ def parse_url(url: str) -> PostgresConfig:
     """
     if not isinstance(url, str):
         raise ConfigError(f"a PostgreSQL URL must be a string, got {type(url).__name__}")
+    # A raw / ? # in the password would be read as the host, port or database: refused, redacted.
+    check_userinfo(url, "PostgreSQL URL")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -134,11 +136,12 @@ def parse_url(url: str) -> PostgresConfig:
     if not database or "/" in database:
         raise _bad(f"the PostgreSQL URL for {host} names no database (or more than one path segment)")
     try:
-        query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)))
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
         raise _bad(
             f"the PostgreSQL URL for {host}/{database} has a malformed query: write ?key=value&key=value"
         ) from None
+    query = parse_options(pairs, f"the PostgreSQL URL for {host}/{database}")
     unknown = sorted(set(query) - set(_OPTIONS))
     if unknown:
         raise _bad(f"unknown option(s) {', '.join(unknown)} in the PostgreSQL URL; known: {', '.join(_OPTIONS)}")

@@ -13,6 +13,9 @@ Failures, and who retries:
   restart, ``NOSCRIPT`` after a restart or ``SCRIPT FLUSH``): nothing was
   applied, so every call is retried, with jittered exponential backoff, for
   up to ``retry_for`` seconds; then ``StorageUnavailable`` naming host:port.
+  Opening waits at most 5 s for a server that does not answer (a wrong
+  address fails fast), but a server that answers ``LOADING`` is up and
+  coming: that wait lasts the URL's whole ``retry_for``, opening included.
 * Dropped while a write was in flight: it was applied once or not at all,
   and retrying blindly could apply it twice, so ``OutcomeUnknown`` is raised
   (fenced calls are safe to retry; an unknown claim comes back when its
@@ -131,7 +134,13 @@ class RedisClient:
             )
         errors = self._errors
         budget = self.config.retry_for if retry_for is None else retry_for
-        deadline = time.monotonic() + budget
+        started = time.monotonic()
+        deadline = started + budget
+        # A server answering LOADING is there and will serve once its data is read: wait for it
+        # as long as the URL's retry_for says, even where a server that does not answer is given
+        # up on sooner (opening).
+        loading_budget = max(budget, self.config.retry_for)
+        loading_deadline = started + loading_budget
         pause = _FIRST_PAUSE
         while True:
             sent = False
@@ -160,7 +169,14 @@ class RedisClient:
                 await self.load_scripts()
                 continue
             except errors.BusyLoadingError:
-                pass  # the server is loading its data after a restart: nothing ran
+                # The server is loading its data after a restart: nothing ran.
+                if time.monotonic() + pause > loading_deadline:
+                    raise StorageUnavailable(
+                        f"Redis at {self.config.where} is still loading its data set after workhive waited "
+                        f"{round(time.monotonic() - started, 1):g}s (retry_for={loading_budget:g}); try again once it "
+                        "has loaded, or wait longer with ?retry_for=SECONDS in the URL",
+                        where=self.config.where,
+                    ) from None
             except errors.AuthenticationError as exc:
                 raise self._refused(exc) from None
             except errors.NoPermissionError as exc:
@@ -186,11 +202,6 @@ class RedisClient:
             finally:
                 if conn is not None:
                     await self._drop(conn)
-            if time.monotonic() + pause > deadline:
-                raise StorageUnavailable(
-                    f"Redis at {self.config.where} is still loading its data after {budget:g}s; try again later",
-                    where=self.config.where,
-                )
             await asyncio.sleep(pause * (0.5 + random.random() / 2))
             pause = min(_MAX_PAUSE, pause * 2)
 

@@ -18,15 +18,15 @@ _STORAGE_OPTIONS = ("clock_offset", "create", "clock")
 
 def _open(url: str, **options: Any) -> Any:
     from workhive.errors import ConfigError
+    from workhive.urls import redact_url
     from workhive_redis.backend import RedisStorage
-    from workhive_redis.url import safe_url
 
     unknown = sorted(set(options) - set(_STORAGE_OPTIONS))
     if unknown:
         raise ConfigError(
             f"Redis storage does not take the option(s) {', '.join(unknown)}; it accepts "
             f"{', '.join(_STORAGE_OPTIONS)} (and URL options such as ?prefix=)",
-            url=safe_url(url),
+            url=redact_url(url),
         )
     return RedisStorage(url, **options)
 

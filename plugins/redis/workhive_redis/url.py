@@ -24,24 +24,14 @@ from urllib.parse import unquote, urlsplit
 import attrs
 
 from workhive.errors import ConfigError
-from workhive.urls import url_query
+from workhive.urls import check_userinfo, redact_url, url_query
 
-__all__ = ["RedisConfig", "parse_url", "safe_url"]
+__all__ = ["RedisConfig", "parse_url"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,99}")
 _OPTIONS = ("prefix", "retry_for", "timeout", "lease", "db")
 _TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs")
 _SCHEMES = ("redis", "rediss", "unix")
-_USERINFO = re.compile(r"//[^/@?#]*@")
-
-
-def safe_url(url: object) -> str:
-    """``url`` with any user name and password taken out, for messages.
-
-    >>> safe_url("redis://:hunter2@cache:6379/0")
-    'redis://***@cache:6379/0'
-    """
-    return _USERINFO.sub("//***@", url, count=1) if isinstance(url, str) else repr(type(url).__name__)
 
 
 @attrs.frozen
@@ -103,20 +93,20 @@ class RedisConfig:
         return kwargs
 
 
-def _number(url: str, name: str, value: str, *, minimum: float) -> float:
+def _number(shown: str, name: str, value: str, *, minimum: float) -> float:
     try:
         number = float(value)
     except ValueError:
         number = math.nan
     if not math.isfinite(number) or number < minimum:
-        raise ConfigError(
-            f"{name}={value!r} in {safe_url(url)!r} must be a number of seconds >= {minimum:g}", url=safe_url(url)
-        )
+        raise ConfigError(f"{name}={value!r} in {shown!r} must be a number of seconds >= {minimum:g}", url=shown)
     return number
 
 
 def parse_url(url: object) -> RedisConfig:
     """Parse a Redis URL; ``ConfigError`` says what is malformed (with the password masked).
+
+    A password with a raw ``/ ? #`` is refused (percent-encode it), an option given twice too.
 
     >>> parse_url("redis://localhost").where
     'localhost:6379'
@@ -125,7 +115,8 @@ def parse_url(url: object) -> RedisConfig:
     """
     if not isinstance(url, str):
         raise ConfigError(f"a Redis URL must be a string, got {type(url).__name__}")
-    shown = safe_url(url)
+    shown = redact_url(url)
+    check_userinfo(url, "Redis URL")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -138,7 +129,7 @@ def parse_url(url: object) -> RedisConfig:
             "unix:///path/to/redis.sock",
             url=shown,
         )
-    query = url_query(url)
+    query = url_query(url, "Redis URL")
     known = _OPTIONS + (_TLS_OPTIONS if scheme == "rediss" else ())
     unknown = sorted(set(query) - set(known))
     if unknown:
@@ -191,8 +182,8 @@ def parse_url(url: object) -> RedisConfig:
         username=username,
         password=password,
         prefix=prefix,
-        retry_for=_number(url, "retry_for", query.get("retry_for", "30"), minimum=0),
-        timeout=_number(url, "timeout", query.get("timeout", "10"), minimum=0.001),
-        lease=_number(url, "lease", query.get("lease", "10"), minimum=0.05),
+        retry_for=_number(shown, "retry_for", query.get("retry_for", "30"), minimum=0),
+        timeout=_number(shown, "timeout", query.get("timeout", "10"), minimum=0.001),
+        lease=_number(shown, "lease", query.get("lease", "10"), minimum=0.05),
         tls=tls,
     )

@@ -290,3 +290,35 @@ async def test_a_hive_never_closed_does_not_hang_the_program_at_exit_and_keeps_i
     async with workhive.open(url, create=False) as hive:
         stats = await hive.pool("p").stats()
         assert (stats.pending, stats.done) == (299, 1)
+
+
+# -- passwords in mistyped URLs, options given twice (issue 24) ---------------------------------
+@pytest.mark.parametrize("char", ["@", "?", "#", "/", ":"])
+def test_a_password_in_a_mistyped_url_is_never_shown(char: str) -> None:
+    password = f"ssCANARY1{char}ssCANARY2{char}ssCANARY3"
+    for url in (
+        f"sqlite://user:{password}@host/hive.db",
+        f"sqlite://user:{password}@host/hive.db?journal=wal",
+        f"sqlite:user:{password}@host/hive.db",
+    ):
+        for make in (SqliteStorage, lambda u: workhive.open(u)):
+            with pytest.raises(ConfigError) as info:
+                make(url)
+            for text in (str(info.value), repr(info.value), repr(vars(info.value))):
+                assert "CANARY" not in text, text
+
+
+@pytest.mark.parametrize(
+    "query", ["synchronous=full&synchronous=off", "busy_timeout=1&synchronous=full&busy_timeout=2"]
+)
+def test_an_option_given_twice_is_refused_naming_it_and_no_file_is_made(tmp_path: Path, query: str) -> None:
+    name = query.split("=", 1)[0]
+    url = f"sqlite:///{tmp_path}/sub/hive.db?{query}"
+
+    async def main() -> None:
+        with pytest.raises(ConfigError, match=f"gives '{name}' twice: give each option once"):
+            async with workhive.open(url) as hive:
+                await hive.pool("jobs").push("x")
+
+    asyncio.run(main())
+    assert list(tmp_path.iterdir()) == []

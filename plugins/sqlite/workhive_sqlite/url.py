@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 import attrs
 
 from workhive.errors import ConfigError
-from workhive.urls import url_query
+from workhive.urls import redact_url, url_query
 
 __all__ = ["SYNCHRONOUS_MODES", "SqliteConfig", "parse_url"]
 
@@ -47,45 +47,48 @@ def parse_url(url: str) -> SqliteConfig:
     """
     if not isinstance(url, str):
         raise ConfigError(f"SQLite URL must be a string, got {type(url).__name__}", url=url)
+    shown = redact_url(url)  # what messages show: a sqlite URL has no password, but a mistyped one might
     parts = urlsplit(url)
     if parts.scheme.lower() != "sqlite":
-        raise ConfigError(f"{url!r} is not a sqlite:// URL; write sqlite:///relative.db or sqlite:////abs.db", url=url)
+        raise ConfigError(
+            f"{shown!r} is not a sqlite:// URL; write sqlite:///relative.db or sqlite:////abs.db", url=shown
+        )
     if parts.netloc:
         raise ConfigError(
-            f"SQLite URL {url!r} names a host ({parts.netloc!r}); SQLite files are local: "
+            f"SQLite URL {shown!r} names a host; SQLite files are local: "
             "write sqlite:///relative/path.db (three slashes) or sqlite:////absolute/path.db (four)",
-            url=url,
+            url=shown,
         )
     if not url[len(parts.scheme) :].startswith(":///"):
         raise ConfigError(
-            f"SQLite URL {url!r} is malformed: write sqlite:///relative/path.db or sqlite:////absolute/path.db",
-            url=url,
+            f"SQLite URL {shown!r} is malformed: write sqlite:///relative/path.db or sqlite:////absolute/path.db",
+            url=shown,
         )
     # urlsplit keeps the slash after the empty host: '/rel.db' or '//abs.db'.
     raw = unquote(parts.path[1:])
     if not raw or raw.endswith("/"):
-        raise ConfigError(f"SQLite URL {url!r} has no file name: write e.g. sqlite:///.workhive/hive.db", url=url)
+        raise ConfigError(f"SQLite URL {shown!r} has no file name: write e.g. sqlite:///.workhive/hive.db", url=shown)
     if raw == ":memory:":
         raise ConfigError(
             "an in-memory SQLite database cannot be shared between workers; use memory:// for a "
             "throwaway store or a file path such as sqlite:///.workhive/hive.db",
-            url=url,
+            url=shown,
         )
     if "\x00" in raw:
-        raise ConfigError(f"SQLite URL {url!r} contains a NUL character in its path", url=url)
-    query = url_query(url)
+        raise ConfigError(f"SQLite URL {shown!r} contains a NUL character in its path", url=shown)
+    query = url_query(url, "SQLite URL")
     unknown = sorted(set(query) - set(_OPTIONS))
     if unknown:
         raise ConfigError(
-            f"SQLite URL {url!r} has unknown option(s) {', '.join(unknown)}; known: {', '.join(_OPTIONS)}",
-            url=url,
+            f"SQLite URL {shown!r} has unknown option(s) {', '.join(unknown)}; known: {', '.join(_OPTIONS)}",
+            url=shown,
         )
     synchronous = query.get("synchronous", "normal").lower()
     if synchronous not in SYNCHRONOUS_MODES:
         raise ConfigError(
-            f"synchronous={query['synchronous']!r} in {url!r} is not a SQLite synchronous mode; "
+            f"synchronous={query['synchronous']!r} in {shown!r} is not a SQLite synchronous mode; "
             f"use one of {', '.join(SYNCHRONOUS_MODES)}",
-            url=url,
+            url=shown,
         )
     busy = query.get("busy_timeout", str(DEFAULT_BUSY_TIMEOUT_MS))
     try:
@@ -93,5 +96,5 @@ def parse_url(url: str) -> SqliteConfig:
     except ValueError:
         busy_ms = -1
     if busy_ms < 0:
-        raise ConfigError(f"busy_timeout={busy!r} in {url!r} must be a whole number of milliseconds >= 0", url=url)
+        raise ConfigError(f"busy_timeout={busy!r} in {shown!r} must be a whole number of milliseconds >= 0", url=shown)
     return SqliteConfig(Path(raw), synchronous, busy_ms)
