@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
+from workhive.defaults import default_locks_url
 from workhive.errors import ConfigError, WorkhiveError
 from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
@@ -17,6 +18,7 @@ from workhive.runtime.options import MAX_CONCURRENCY, MAX_PROCESSES, FleetOption
 from workhive.runtime.process import _open_hive, build_budgets, build_credentials
 from workhive.runtime.progress import FleetProgress, renderer_for
 from workhive.runtime.supervisor import Supervisor
+from workhive.urls import redact_url
 from workhive.validation import check_name
 
 __all__ = ["run_fleet", "check_options"]
@@ -93,7 +95,10 @@ def check_lock_provider(hive: Hive, options: FleetOptions) -> None:
     try:
         hive.locks()
     except WorkhiveError as exc:
-        where = f"--locks {options.locks!r}" if options.locks else "the default lock provider for this storage"
+        if options.locks is None or options.locks == default_locks_url(options.storage, hive.manager):
+            where = "the default lock provider for this storage"  # the user chose no locks
+        else:
+            where = f"--locks {redact_url(options.locks)!r}"
         raise ConfigError(
             f"{where} cannot be used, and handlers may take locks with ctx.lock: {exc} "
             "(pass --locks URL with an installed lock provider, see `workhive plugins`)"
