@@ -19,9 +19,11 @@ import workhive
 from workhive.cli import cli
 from workhive.config import load_config
 from workhive.defaults import DEFAULT_LOCKS, default_locks_url
-from workhive.errors import PluginNotFound
+from workhive.errors import ConfigError, PluginNotFound
 from workhive.hive import Hive
 from workhive.plugin_manager import PluginManager
+from workhive.runtime.fleet import check_lock_provider
+from workhive.runtime.options import FleetOptions
 from workhive.storage import REQUIRED_METHODS
 
 ENGINE_URL = "vault://app:s3cret@db.example:7000/jobs?ns=billing&pool_size=3&retry_for=5"
@@ -184,3 +186,19 @@ def test_workhive_config_shows_the_engine_locks_as_the_default_without_the_passw
     locks = json.loads(result.output)["settings"]["locks"]
     assert locks == {"value": ENGINE_URL.replace(":s3cret@", ":***@"), "source": "default"}
     assert "s3cret" not in result.output
+
+
+def test_a_fleet_whose_default_locks_cannot_be_built_says_so_without_blaming_a_flag() -> None:
+    chosen = manager(STORAGE_ONLY)  # no fcntl: the default for plain:// cannot be built
+    options = FleetOptions(
+        pool="jobs", handler="m:f", storage="plain://x", locks=default_locks_url("plain://x", chosen)
+    )
+    with pytest.raises(ConfigError, match=r"^the default lock provider for this storage cannot be used") as info:
+        check_lock_provider(workhive.open("plain://x", manager=chosen), options)
+    assert "workhive-fcntl-locks" in str(info.value)
+
+    given = "vault://app:s3cret@db.example/jobs"
+    options = FleetOptions(pool="jobs", handler="m:f", storage="plain://x", locks=given)
+    with pytest.raises(ConfigError, match=r"^--locks 'vault://app:\*\*\*@db.example/jobs' cannot be used") as info:
+        check_lock_provider(workhive.open("plain://x", locks=given, manager=chosen), options)
+    assert "s3cret" not in str(info.value)
