@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS))
 	@echo "setting up $(VENV): core + $(notdir $(PLUGINS)) (log: $(VENV)/install.log)"
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --upgrade pip > $(VENV)/install.log 2>&1 || { tail -40 $(VENV)/install.log; exit 1; }
-	@$(BIN)/pip install -e '.[testing,demo]' $(addprefix -e ,$(PLUGINS)) 'tox>=4.11' >> $(VENV)/install.log 2>&1 \
+	@$(BIN)/pip install -e '.[all,testing]' $(addprefix -e ,$(PLUGINS)) 'tox>=4.11' >> $(VENV)/install.log 2>&1 \
 		|| { tail -40 $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 

@@ -24,6 +24,7 @@ from workhive.credentials import (
     Verdict,
     classify,
 )
+from workhive.defaults import default_locks_url
 from workhive.errors import (
     AuthFailed,
     BudgetUnsatisfiable,
@@ -107,6 +108,7 @@ __all__ = [
     "Secret",
     "Verdict",
     "classify",
+    "default_locks_url",
     "CompletesAndClaims",
     "HeldLock",
     "HiveNotFound",

@@ -29,8 +29,9 @@ from typing import Any
 
 import attrs
 
+from workhive.defaults import DEFAULT_BACKOFF, DEFAULT_STORAGE, default_locks_url
 from workhive.errors import ConfigError
-from workhive.hive import DEFAULT_BACKOFF, DEFAULT_LOCKS, DEFAULT_STORAGE
+from workhive.plugin_manager import PluginManager, default_manager
 
 if sys.version_info >= (3, 11):
     import tomllib as _toml
@@ -47,7 +48,7 @@ ENV_PREFIX = "WORKHIVE_"
 PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 
-def _cpu_count(values: Mapping[str, Any]) -> int:
+def _cpu_count(values: Mapping[str, Any], plugins: Callable[[], PluginManager]) -> int:
     return os.cpu_count() or 1
 
 
@@ -56,7 +57,9 @@ class Setting:
     """One configuration key: its type, default and meaning.
 
     ``kind`` is ``str``, ``int``, ``float``, ``list`` (of strings) or ``choice``.
-    ``default`` may be a callable computing it (from the other resolved values).
+    ``default`` may be a callable computing it from the other resolved values and
+    the installed plugins: ``default(values, plugins)``, where ``plugins()`` returns
+    the plugin manager (built only if a default asks for it).
     """
 
     key: str
@@ -77,14 +80,20 @@ class Setting:
         return "--" + self.key.replace("_", "-")
 
 
-def _default_locks(values: Mapping[str, Any]) -> str:
-    # The memory backend lives in one process; its own locks are the natural match.
-    return "memory://" if str(values.get("storage", "")).startswith("memory:") else DEFAULT_LOCKS
+def _default_locks(values: Mapping[str, Any], plugins: Callable[[], PluginManager]) -> str:
+    # The same rule as Hive.locks(), so `workhive config` shows the provider a fleet will use.
+    return default_locks_url(values["storage"], plugins())
 
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("storage", "str", DEFAULT_STORAGE, "storage URL (where pools and workers live)"),
-    Setting("locks", "str", _default_locks, "lock provider URL (default: fcntl, or memory:// for memory storage)"),
+    Setting(
+        "locks",
+        "str",
+        _default_locks,
+        "lock provider URL (default: the storage URL when its plugin provides locks, as PostgreSQL, Redis and "
+        "memory do; else fcntl:///.workhive/locks)",
+    ),
     Setting("backoff", "str", DEFAULT_BACKOFF, "backoff strategy spec, e.g. full-jitter?base=0.5&cap=60"),
     Setting("credentials", "list", (), "credential provider specs, e.g. env:OPENAI_API_KEY"),
     Setting("handler", "str", None, "default handler for `workhive work`, module:function", optional=True),
@@ -328,10 +337,14 @@ def load_config(
     env: Mapping[str, str] | None = None,
     search_from: Path | str | None = ".",
     config_file: Path | str | None = None,
+    manager: PluginManager | None = None,
 ) -> Config:
     """Resolve every setting: ``flags`` (None means not given) > environment > file > defaults.
 
     ``search_from=None`` skips the file search (``config_file`` or ``WORKHIVE_CONFIG`` still apply).
+    ``manager`` is what the defaults that depend on installed plugins ask (the lock provider
+    follows the storage when its plugin provides locks); ``None`` means the process-wide
+    ``default_manager()``, loaded only if such a default is needed.
     Raises ``ConfigError`` naming the file/variable/flag and key for an unknown key or a wrong type.
     """
     environ = os.environ if env is None else env
@@ -358,7 +371,7 @@ def load_config(
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    computed: list[tuple[Setting, Callable[[Mapping[str, Any]], Any]]] = []
+    computed: list[tuple[Setting, Callable[[Mapping[str, Any], Callable[[], PluginManager]], Any]]] = []
     for setting in SETTINGS:
         flag_value = flags.get(setting.key)
         env_text = environ.get(setting.env_var, "")
@@ -378,8 +391,13 @@ def load_config(
                 computed.append((setting, setting.default))
             else:
                 values[setting.key] = setting.default
+
+    def plugins() -> PluginManager:
+        # default_manager() loads every entry point: only when a default actually asks.
+        return manager if manager is not None else default_manager()
+
     for setting, compute in computed:
-        values[setting.key] = compute(values)
+        values[setting.key] = compute(values, plugins)
     _check_together(values, sources)
     return Config(values=values, sources=sources, file=found[0] if found else None)
 

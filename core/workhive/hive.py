@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from workhive.backoff import BackoffStrategy, from_spec
+from workhive.defaults import DEFAULT_BACKOFF, DEFAULT_LOCKS, DEFAULT_STORAGE, default_locks_url
 from workhive.locks import HeldLock, LockProvider
 from workhive.plugin_manager import PluginManager, default_manager
 from workhive.pool import Pool
@@ -20,10 +21,6 @@ from workhive.validation import check_count, check_name, check_positive
 from workhive.workers import Workers
 
 __all__ = ["DEFAULT_LOCKS", "DEFAULT_STORAGE", "Hive", "open"]
-
-DEFAULT_STORAGE = "sqlite:///.workhive/hive.db"
-DEFAULT_LOCKS = "fcntl:///.workhive/locks"
-DEFAULT_BACKOFF = "full-jitter"
 
 
 class Hive:
@@ -114,11 +111,16 @@ class Hive:
 
     # -- locks --------------------------------------------------------------
     def locks(self) -> LockProvider:
-        """The lock provider, created on first use (``locks=`` URL, else the default for the storage)."""
+        """The lock provider, created on first use: the ``locks=`` URL, else the storage's default.
+
+        The default is the storage's own locks when its plugin provides them (PostgreSQL,
+        Redis, memory: the storage URL, same namespace), else ``fcntl:///.workhive/locks``;
+        see ``workhive.defaults.default_locks_url``.
+        """
         if self._locks is None:
             spec = self._locks_spec
             if spec is None:
-                spec = "memory://" if self.storage_url and self.storage_url.startswith("memory:") else DEFAULT_LOCKS
+                spec = default_locks_url(self.storage_url, self.manager)
             assert isinstance(spec, str)
             self._locks = self.manager.get("locks", scheme_of(spec, "lock URL")).factory(spec)
         return self._locks

@@ -33,10 +33,7 @@ class TestDefaults:
         assert all(config.source(s.key) == "default" for s in SETTINGS)
         assert config.file is None
 
-    def test_memory_storage_defaults_to_memory_locks(self, tmp_path: Path) -> None:
-        config = load_config(env={"WORKHIVE_STORAGE": "memory://"}, search_from=tmp_path)
-        assert config["locks"] == "memory://"
-        assert config.source("locks") == "default"
+    # How the lock provider's default follows the storage: tests/core/test_default_locks.py.
 
 
 class TestPrecedence:

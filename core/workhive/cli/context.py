@@ -53,8 +53,12 @@ class CliContext:
         return self._manager
 
     def load_config(self, **flags: Any) -> Config:
-        """Settings with the group's ``--storage`` and these command ``flags`` on top."""
-        return load_config({"storage": self.storage, **flags}, config_file=self.config_file)
+        """Settings with the group's ``--storage`` and these command ``flags`` on top.
+
+        Defaults that depend on what is installed (the lock provider) ask this context's plugins,
+        so ``--no-plugins`` and ``WORKHIVE_DISABLE_PLUGINS`` count there too.
+        """
+        return load_config({"storage": self.storage, **flags}, config_file=self.config_file, manager=self.manager)
 
     @property
     def config(self) -> Config:

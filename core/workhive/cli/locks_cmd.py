@@ -1,7 +1,9 @@
 """``workhive locks``: who holds which lock (overdue holders flagged), and cleaning lock files.
 
-The provider comes from ``--locks URL``, else ``WORKHIVE_LOCKS``, else the
-default ``fcntl:///.workhive/locks``.
+The provider comes from ``--locks URL``, else the ``locks`` setting
+(``WORKHIVE_LOCKS``, ``workhive.toml``), else the storage's default: the
+storage's own locks when its plugin provides them (PostgreSQL, Redis), else
+``fcntl:///.workhive/locks`` (see ``workhive.defaults``).
 
     workhive locks                 # same as `workhive locks list`
     workhive locks list --json
@@ -20,7 +22,6 @@ import click
 
 from workhive.cli.context import CliContext, echo, emit_json, pass_cli, table
 from workhive.errors import ConfigError
-from workhive.hive import DEFAULT_LOCKS
 from workhive.locks import LockHolder, LockProvider
 from workhive.terminal import human
 from workhive.urls import redact_url, scheme_of
@@ -104,16 +105,19 @@ def _print_holders(holders: list[LockHolder], as_json: bool) -> None:
 @click.option(
     "--locks",
     "locks_url",
-    envvar="WORKHIVE_LOCKS",
-    default=DEFAULT_LOCKS,
-    show_default=True,
-    help="Lock provider URL (env WORKHIVE_LOCKS).",
+    default=None,
+    help="Lock provider URL [the locks setting: WORKHIVE_LOCKS, workhive.toml, else the storage's default].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts (when listing).")
+@pass_cli
 @click.pass_context
-def locks_cmd(ctx: click.Context, locks_url: str, as_json: bool) -> None:
-    """Show who holds which lock; `workhive locks clean` deletes unused lock files."""
-    ctx.meta[_URL_KEY] = locks_url
+def locks_cmd(ctx: click.Context, cli: CliContext, locks_url: str | None, as_json: bool) -> None:
+    """Show who holds which lock; `workhive locks clean` deletes unused lock files.
+
+    Without --locks, the provider is the one `workhive work` uses with the same settings:
+    the storage's own locks on PostgreSQL or Redis, fcntl:///.workhive/locks otherwise.
+    """
+    ctx.meta[_URL_KEY] = locks_url if locks_url is not None else cli.config["locks"]
     if ctx.invoked_subcommand is None:
         ctx.invoke(list_cmd, as_json=as_json)
 

@@ -87,7 +87,12 @@ def _cwd_importable() -> None:
     "--credentials", "credentials", multiple=True, metavar="SPEC", help="Credential provider, e.g. env:API_KEY."
 )
 @click.option("--backoff", metavar="SPEC", default=None, help="Backoff strategy, e.g. full-jitter?cap=60.")
-@click.option("--locks", metavar="URL", default=None, help="Lock provider URL.")
+@click.option(
+    "--locks",
+    metavar="URL",
+    default=None,
+    help="Lock provider URL [the storage's own locks on PostgreSQL, Redis, memory; else fcntl:///.workhive/locks].",
+)
 @click.option("--progress", type=click.Choice(PROGRESS_MODES), default=None, help="Progress display [auto].")
 @click.option(
     "--metrics-port",

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
+from workhive.defaults import default_locks_url
 from workhive.errors import ConfigError, WorkhiveError
 from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
@@ -94,8 +95,10 @@ def check_lock_provider(hive: Hive, options: FleetOptions) -> None:
     try:
         hive.locks()
     except WorkhiveError as exc:
-        default = "the default lock provider for this storage"
-        where = f"--locks {redact_url(options.locks)!r}" if options.locks else default
+        if options.locks is None or options.locks == default_locks_url(options.storage, hive.manager):
+            where = "the default lock provider for this storage"  # the user chose no locks
+        else:
+            where = f"--locks {redact_url(options.locks)!r}"
         raise ConfigError(
             f"{where} cannot be used, and handlers may take locks with ctx.lock: {exc} "
             "(pass --locks URL with an installed lock provider, see `workhive plugins`)"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import uuid
 from pathlib import Path
 
 import pytest
 
+import workhive
 from workhive.errors import ConfigError, LockTimeout
 from workhive.locks import LockProvider
 from workhive.testing.locks import LockContract
@@ -111,3 +113,25 @@ def test_a_password_in_a_mistyped_lock_url_is_never_shown(char: str) -> None:
 def test_a_lock_url_with_options_given_twice_is_refused() -> None:
     with pytest.raises(ConfigError, match="no options"):
         MemoryLocks("memory://dup?lease=1&lease=2")
+
+
+@pytest.mark.asyncio
+async def test_hives_on_one_named_store_share_their_default_locks() -> None:
+    # The default lock provider follows the storage URL (workhive.defaults): memory://NAME's
+    # locks are shared by every hive of the process on that store, as its items are.
+    url = f"memory://default-locks-{uuid.uuid4().hex[:12]}"
+    async with workhive.open(url) as first, workhive.open(url) as second:
+        assert first.locks().url == second.locks().url == url  # type: ignore[attr-defined]
+        async with first.lock("shared", timeout=0) as held:
+            with pytest.raises(LockTimeout):
+                async with second.lock("shared", timeout=0):
+                    pass
+        async with second.lock("shared", timeout=0) as again:
+            assert again.token == held.token + 1  # one token sequence for the store
+
+
+@pytest.mark.asyncio
+async def test_private_memory_hives_keep_private_default_locks() -> None:
+    async with workhive.open("memory://") as first, workhive.open("memory://") as second:
+        async with first.lock("x", timeout=0), second.lock("x", timeout=0) as held:
+            assert held.token == 1
