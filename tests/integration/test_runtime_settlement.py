@@ -2,7 +2,7 @@
 
 A worker process runs in-process on a memory backend wrapped so that its
 settling calls (complete, fail, release, deregistration's release_by_worker)
-fail as each test scripts: ``applied`` (the call takes effect, then the
+and claims fail as each test scripts: ``applied`` (the call takes effect, then the
 connection "drops": ``OutcomeUnknown``), ``lost`` (``OutcomeUnknown``, nothing
 applied) or ``invalid`` (the store refuses the value, nothing applied). Nothing
 waits on time: runs end when the pool drains or when the worker's first empty
@@ -38,9 +38,9 @@ RUN_BOUND = 120.0
 class FaultyStorage:
     """A backend that fails settling calls as scripted, and records every heartbeat.
 
-    ``plan[method]`` lists one fault per call of ``method`` (complete, fail, release,
-    release_by_worker), consumed in order; a fault ending in ``*`` stays (every
-    call fails). ``only``: item ids whose calls the plan applies to (None: all).
+    ``plan[method]`` lists one fault per call of ``method`` (claim, complete, fail,
+    release, release_by_worker), consumed in order (``ok``: that call goes through); a
+    fault ending in ``*`` stays (every call fails). ``only``: item ids whose calls the plan applies to (None: all).
     """
 
     def __init__(self, inner: Any) -> None:
@@ -61,6 +61,8 @@ class FaultyStorage:
             return await call()
         fault = plan[0] if plan[0].endswith("*") else plan.pop(0)
         fault = fault.rstrip("*")
+        if fault == "ok":
+            return await call()
         self.raised.append((method, fault))
         if self.on_fault is not None:
             self.on_fault()
@@ -69,6 +71,9 @@ class FaultyStorage:
         if fault == "invalid":
             raise InvalidItem("the result is too large for this store (the test's fault)")
         raise OutcomeUnknown(f"the connection dropped during {method} (the test's fault)")
+
+    async def claim(self, *args: Any) -> Any:
+        return await self._call("claim", None, lambda: self._inner.claim(*args))
 
     async def complete(self, pool: str, acks: Any) -> Any:
         return await self._call("complete", [a.item_id for a in acks], lambda: self._inner.complete(pool, acks))
@@ -166,12 +171,12 @@ async def test_a_completion_whose_outcome_is_unknown_is_sent_again_and_counted_o
         storage.plan["complete"] = [fault, fault]  # the first send and the first repeat
         code, tally, events, _ = await run(hive, "handlers:echo_async", batch=5)
         items = [await pool.get(i) for i in ids]
-    assert storage.raised == [("complete", fault)] * 2
     assert [i.state for i in items] == [ItemState.DONE] * 5
     assert [i.result["n"] for i in items] == list(range(5)) and all(i.attempts == 1 for i in items)
     assert code == 0
     assert tally.done == 5 and ids_of(events, "done") == Counter(ids)  # each item counted once
     assert hooks.calls == Counter(("completed", i) for i in ids)  # and announced once to plugins
+    assert storage.raised == [("complete", fault)] * 2
 
 
 @pytest.mark.asyncio
@@ -256,6 +261,23 @@ async def test_a_deregistration_whose_outcome_is_unknown_is_sent_again():
     assert unstarted.state is ItemState.PENDING and (unstarted.attempts, unstarted.releases) == (0, 1)
     assert record.status is workhive.WorkerStatus.STOPPED
     assert code == 0 and tally.released == 1
+
+
+@pytest.mark.asyncio
+async def test_items_a_claim_took_unseen_are_given_back_then_run():
+    """A claim whose answer is lost may hold items under the worker's id, which its heartbeat would renew forever."""
+    hive, storage, _ = faulty_hive()
+    async with hive:
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n} for n in range(6)])
+        storage.plan["claim"] = ["ok", "applied"]  # the second claim takes items 3 to 5; its answer is lost
+        code, tally, events, _ = await run(hive, "handlers:echo_async", batch=3)
+        items = [await pool.get(i) for i in ids]
+    assert [i.state for i in items] == [ItemState.DONE] * 6
+    assert [(i.attempts, i.releases) for i in items] == [(1, 0)] * 3 + [(1, 1)] * 3  # given back unspent, run once
+    assert code == 0 and tally.done == 6 and tally.released == 3
+    assert ids_of(events, "done") == Counter(ids)
+    assert storage.raised == [("claim", "applied")]
 
 
 @pytest.mark.asyncio

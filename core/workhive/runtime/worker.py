@@ -23,7 +23,10 @@ storage error leaves the call unanswered (perhaps applied, perhaps not): the
 call is kept and sent again, same fencing token, before the worker claims
 more, until storage answers or the worker's storage-fault budget is spent
 (see ``workhive.runtime.settlement``). Until then the heartbeat renews the
-claim; after, it no longer does, and the claim expires within a lease.
+claim; after, it no longer does, and the claim expires within a lease. A
+claim whose outcome is unknown may have taken items that never reached the
+worker: before claiming again it gives back all it holds in the pool (it
+claims only when it holds nothing it knows of).
 """
 
 from __future__ import annotations
@@ -111,6 +114,7 @@ class Worker:
         self.gave_up = False  # the fault budget ran out with calls unanswered: no more heartbeats
         self._closing = False  # the last pass before deregistering: failures no longer count as faults
         self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
+        self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -139,6 +143,7 @@ class Worker:
         self.rt.emit(ev.WORKER_LOST, old)
         self.worker_id = new_worker_id(self.slot)
         self.lost = False
+        self._claim_unknown = False  # the old id's claims were released when it was declared lost
         log.warning("worker %s was declared lost (missed heartbeats); re-registering as %s", old, self.worker_id)
         await self.register()
 
@@ -201,6 +206,31 @@ class Worker:
                 await self._send_release(settlement, resent=True)
         return not self.unsettled
 
+    async def _give_back_unknown(self) -> bool:
+        """Give back what a claim whose outcome was unknown may have taken; True once storage answered.
+
+        Such items are claimed under this worker's id but never reached it, and its
+        heartbeat would renew their leases forever. A worker claims only when it
+        holds nothing it knows of (every settlement answered), so whatever it holds
+        in the pool now came from that claim: all of it goes back, attempts refunded
+        (none of it ran). Safe to repeat: an item given back is no longer held.
+        """
+        try:
+            released = await self.rt.pool.release_by_worker(self.worker_id, spend_attempt=False)
+        except WorkhiveError as exc:
+            if self._storage_fault("giving back what a claim with an unknown outcome took (to be tried again)", exc):
+                self.gave_up = True
+            return False
+        self._claim_unknown = False
+        if released:
+            log.warning(
+                "worker %s: a claim whose answer was lost had taken %d item(s); given back, attempts refunded",
+                self.worker_id,
+                released,
+            )
+            self.rt.emit(ev.RELEASED, released)
+        return True
+
     def _defer(self, settlements: list[Settlement], action: str, exc: WorkhiveError) -> None:
         """Keep settlements storage did not answer, to be sent again before this worker claims more.
 
@@ -235,7 +265,9 @@ class Worker:
                     continue
             if self.lost:
                 await self.reregister()
-            if self.unsettled and not await self._resettle():
+            if (self.unsettled and not await self._resettle()) or (
+                self._claim_unknown and not await self._give_back_unknown()
+            ):
                 # Until storage answers, those items stay claimed by this worker and its heartbeat
                 # renews them: claiming more would only add to what is held. Each failed try counts
                 # against the storage-fault budget, which bounds the wait (see _defer).
@@ -263,6 +295,9 @@ class Worker:
                 # A storage hiccup (locked database, connection drop) passes: back off, count it
                 # against health. One that lasts (a full disk, a corrupt file) ends the process
                 # with the fault as its reason, after a bounded number of tries in a row.
+                if isinstance(exc, OutcomeUnknown):
+                    # The claim may have taken items that never reached this worker: see _give_back_unknown.
+                    self._claim_unknown = True
                 if self._storage_fault("claim", exc):
                     return
                 self.health.failure()
