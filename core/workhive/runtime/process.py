@@ -268,7 +268,9 @@ class ProcessRuntime:
         while True:
             await asyncio.sleep(interval)
             for worker in list(self.workers):
-                if worker.lost or not worker.registered:
+                # A beat renews every lease the worker holds: never for one that deregistered (or
+                # tried to), was reaped, or gave up on claims storage would not settle.
+                if not worker.heartbeat_wanted:
                     continue
                 try:
                     await self.hive.workers.heartbeat(worker.worker_id)
@@ -336,6 +338,9 @@ class ProcessRuntime:
             if watcher is not None:
                 watcher.cancel()
             for worker in self.workers:
+                # Unanswered completions, failures and releases first: deregistering refunds every
+                # claim the worker still holds, whether or not storage applied its settlement.
+                await worker.settle_before_exit()
                 if not worker.registered:
                     continue
                 try:

@@ -18,7 +18,15 @@ any other exception    ``fail`` with the hive's backoff
 =====================  ====================================================
 
 ``LeaseLost`` from any of those means another claim owns the item now (our
-lease expired or this worker was reaped): it is logged and dropped.
+lease expired or this worker was reaped): it is logged and dropped. Any other
+storage error leaves the call unanswered (perhaps applied, perhaps not): the
+call is kept and sent again, same fencing token, before the worker claims
+more, until storage answers or the worker's storage-fault budget is spent
+(see ``workhive.runtime.settlement``). Until then the heartbeat renews the
+claim; after, it no longer does, and the claim expires within a lease. A
+claim whose outcome is unknown may have taken items that never reached the
+worker: before claiming again it gives back all it holds in the pool (it
+claims only when it holds nothing it knows of).
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ from workhive.errors import (
     AuthFailed,
     InvalidArgument,
     InvalidItem,
+    ItemNotFound,
     LeaseLost,
     NoCredentialAvailable,
+    OutcomeUnknown,
     Permanent,
     RateLimited,
     StorageCorrupt,
@@ -48,6 +58,7 @@ from workhive.pool import error_text
 from workhive.runtime import events as ev
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.health import WorkerHealth
+from workhive.runtime.settlement import Kind, Settlement, announce, earlier_send_applied
 from workhive.validation import to_json
 
 if TYPE_CHECKING:
@@ -98,6 +109,21 @@ class Worker:
         # an item picked up after an idle spell starts without waiting for the BUSY round trip.
         self._status_wanted: tuple[WorkerStatus, str | None] | None = None
         self._status_writer: asyncio.Task[None] | None = None
+        # Settling calls storage did not answer: sent again before this worker claims more.
+        self.unsettled: list[Settlement] = []
+        self.gave_up = False  # the fault budget ran out with calls unanswered: no more heartbeats
+        self._closing = False  # the last pass before deregistering: failures no longer count as faults
+        self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
+        self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
+
+    @property
+    def heartbeat_wanted(self) -> bool:
+        """Whether the process beats for this worker: registered, not lost, and not given up on.
+
+        A worker that gave up on unanswered settlements is left unbeaten, so
+        that the claims storage never answered for expire within a lease.
+        """
+        return self.registered and not self.lost and not self.gave_up
 
     # -- registration -------------------------------------------------------
     async def register(self) -> None:
@@ -117,17 +143,107 @@ class Worker:
         self.rt.emit(ev.WORKER_LOST, old)
         self.worker_id = new_worker_id(self.slot)
         self.lost = False
+        self._claim_unknown = False  # the old id's claims were released when it was declared lost
         log.warning("worker %s was declared lost (missed heartbeats); re-registering as %s", old, self.worker_id)
         await self.register()
 
     async def deregister(self) -> None:
-        """Clean exit: give back whatever this worker still holds, attempts refunded."""
+        """Clean exit: give back whatever this worker still holds, attempts refunded.
+
+        Sent once more if its outcome is unknown: a repeat gives nothing back
+        twice (an item given back is no longer claimed), and a claim completed
+        meanwhile is DONE, which deregistration never touches. Whatever the
+        answer, the worker is not heart-beaten afterwards: if storage did not
+        take it, what the worker holds expires within a lease.
+        """
         self._status_wanted = None  # a status still to be written is moot now; the one in flight lands first
         if self._status_writer is not None:
             await asyncio.wait({self._status_writer})
-        released = await self.rt.hive.workers.deregister(self.worker_id)
+        try:
+            try:
+                released = await self.rt.hive.workers.deregister(self.worker_id)
+            except OutcomeUnknown as exc:
+                log.warning("worker %s: deregistering: %s; sending it again", self.worker_id, exc)
+                released = await self.rt.hive.workers.deregister(self.worker_id)
+        finally:
+            self.registered = False
         if released:
             self.rt.emit(ev.RELEASED, released)
+
+    async def settle_before_exit(self) -> None:
+        """Before deregistering: send once more what storage has not answered.
+
+        Deregistration refunds every claim the worker still holds: a completion
+        that was never applied would run again, and one applied unseen would go
+        uncounted. A flush still running from a cancelled batch is waited for first.
+        """
+        if self._flushing is not None:
+            await asyncio.wait({self._flushing})
+        if not self.unsettled:
+            return
+        self._closing = True
+        if not await self._resettle():
+            log.warning(
+                "worker %s: storage did not answer %s; deregistering gives back those claims still live",
+                self.worker_id,
+                ", ".join(s.action for s in self.unsettled[:10]) + (" and more" if len(self.unsettled) > 10 else ""),
+            )
+
+    async def _resettle(self) -> bool:
+        """Send every unanswered settlement again, same fencing token; True once storage answered them all."""
+        pending, self.unsettled = self.unsettled, []
+        completions = [(s.item, s.result) for s in pending if s.kind is Kind.COMPLETE]
+        if completions:
+            await self._complete(completions, resent=True)
+        others = [s for s in pending if s.kind is not Kind.COMPLETE]
+        for n, settlement in enumerate(others):
+            if self.rt.stopping and not self._closing:
+                self.unsettled.extend(others[n:])  # the last pass before deregistering sends them
+                break
+            if settlement.kind is Kind.FAIL:
+                await self._send_fail(settlement, resent=True)
+            else:
+                await self._send_release(settlement, resent=True)
+        return not self.unsettled
+
+    async def _give_back_unknown(self) -> bool:
+        """Give back what a claim whose outcome was unknown may have taken; True once storage answered.
+
+        Such items are claimed under this worker's id but never reached it, and its
+        heartbeat would renew their leases forever. A worker claims only when it
+        holds nothing it knows of (every settlement answered), so whatever it holds
+        in the pool now came from that claim: all of it goes back, attempts refunded
+        (none of it ran). Safe to repeat: an item given back is no longer held.
+        """
+        try:
+            released = await self.rt.pool.release_by_worker(self.worker_id, spend_attempt=False)
+        except WorkhiveError as exc:
+            if self._storage_fault("giving back what a claim with an unknown outcome took (to be tried again)", exc):
+                self.gave_up = True
+            return False
+        self._claim_unknown = False
+        if released:
+            log.warning(
+                "worker %s: a claim whose answer was lost had taken %d item(s); given back, attempts refunded",
+                self.worker_id,
+                released,
+            )
+            self.rt.emit(ev.RELEASED, released)
+        return True
+
+    def _defer(self, settlements: list[Settlement], action: str, exc: WorkhiveError) -> None:
+        """Keep settlements storage did not answer, to be sent again before this worker claims more.
+
+        Each failed send counts against the worker's storage-fault budget. Once it
+        is spent the process stops and this worker is no longer heart-beaten: a
+        claim storage never answered for then expires within a lease and another
+        claim takes the item, instead of being renewed for as long as the process lives.
+        """
+        self.unsettled.extend(settlements)
+        if self._closing:  # the last pass before deregistering: the process is stopping anyway
+            log.warning("worker %s: %s failed again: %s", self.worker_id, action, exc)
+        elif self._storage_fault(f"{action} (to be sent again)", exc):
+            self.gave_up = True
 
     # -- main loop ----------------------------------------------------------
     async def run(self) -> None:
@@ -149,6 +265,14 @@ class Worker:
                     continue
             if self.lost:
                 await self.reregister()
+            if (self.unsettled and not await self._resettle()) or (
+                self._claim_unknown and not await self._give_back_unknown()
+            ):
+                # Until storage answers, those items stay claimed by this worker and its heartbeat
+                # renews them: claiming more would only add to what is held. Each failed try counts
+                # against the storage-fault budget, which bounds the wait (see _defer).
+                await rt.sleep(min(CLAIM_RETRY_MAX, 0.1 * 2**self.storage_faults))
+                continue
             pause = self.health.pause_seconds()
             if pause:
                 log.warning(
@@ -171,6 +295,9 @@ class Worker:
                 # A storage hiccup (locked database, connection drop) passes: back off, count it
                 # against health. One that lasts (a full disk, a corrupt file) ends the process
                 # with the fault as its reason, after a bounded number of tries in a row.
+                if isinstance(exc, OutcomeUnknown):
+                    # The claim may have taken items that never reached this worker: see _give_back_unknown.
+                    self._claim_unknown = True
                 if self._storage_fault("claim", exc):
                     return
                 self.health.failure()
@@ -251,7 +378,10 @@ class Worker:
                     await self._flush_acks()
         finally:
             if self._acks:
-                await asyncio.shield(self._flush_acks())
+                # Shielded: a worker cancelled at the end of the grace period still sends what its
+                # handlers finished, and settle_before_exit waits for it before deregistering.
+                self._flushing = asyncio.ensure_future(self._flush_acks())
+                await asyncio.shield(self._flushing)
         if self._adaptive and ran:
             fast = (time.monotonic() - started) / ran < FAST_HANDLER_SECONDS
             if not fast or self.health.consecutive_failures:
@@ -261,23 +391,74 @@ class Worker:
 
     async def _flush_acks(self) -> None:
         acks, self._acks = self._acks, []
+        await self._complete(acks)
+
+    async def _complete(self, acks: list[tuple[WorkItem, Any]], *, resent: bool = False) -> None:
+        """Complete claims in one ``complete_many``; ``resent``: each was sent before, with no answer."""
         try:
             accepted = await self.rt.pool.complete_many(acks)
-        except WorkhiveError as exc:
-            self._storage_fault(f"completing {len(acks)} item(s) (their leases will expire)", exc)
+        except InvalidArgument as exc:
+            await self._refused_results(acks, exc, resent=resent)
             return
-        done = sum(accepted)
-        if done:
+        except WorkhiveError as exc:
+            kept = [Settlement(Kind.COMPLETE, item, result) for item, result in acks]
+            self._defer(kept, f"completing {len(acks)} item(s)", exc)
+            return
+        except asyncio.CancelledError:
+            self.unsettled.extend(Settlement(Kind.COMPLETE, item, result) for item, result in acks)
+            raise
+        done = [item.id for (item, _), ok in zip(acks, accepted) if ok]
+        lost: list[str] = []
+        if len(done) != len(acks):
+            for (item, result), ok in zip(acks, accepted):
+                if ok:
+                    continue
+                if not resent:
+                    lost.append(item.id)
+                    continue
+                # A repeat of a completion that was applied is refused just like a lost claim: the item
+                # as it is now tells which, so that an applied one is counted once.
+                settlement = Settlement(Kind.COMPLETE, item, result)
+                try:
+                    current: WorkItem | None = await self.rt.pool.get(item.id)
+                except ItemNotFound:
+                    current = None
+                except WorkhiveError as exc:
+                    self._defer([settlement], f"reading item {item.id} back after its completion", exc)
+                    continue
+                if earlier_send_applied(settlement, current):
+                    await announce(self.rt.hive, self.rt.pool.name, settlement, current)  # type: ignore[arg-type]
+                    done.append(item.id)
+                else:
+                    lost.append(item.id)
+        if done or lost:
+            # Storage answered for these for good. (Not for a refused repeat it could not read back:
+            # were that to reset the count, a read that keeps failing would be retried forever.)
             self.storage_faults = 0
+        if done:
             # With the ids: if this process dies now, the supervisor knows which were counted.
-            self.rt.emit(ev.DONE, done, *(item.id for (item, _), ok in zip(acks, accepted) if ok))
-        if done != len(acks):
-            refused = [item.id for (item, _), ok in zip(acks, accepted) if not ok]
+            self.rt.emit(ev.DONE, len(done), *done)
+        if lost:
             log.info(
                 "worker %s: completion of %s refused: the lease was lost (expired or reaped); another claim owns it",
                 self.worker_id,
-                ", ".join(refused),
+                ", ".join(lost),
             )
+
+    async def _refused_results(self, acks: list[tuple[WorkItem, Any]], exc: InvalidArgument, *, resent: bool) -> None:
+        """Storage refused a value before writing anything (a result too large for it): fail that item, with why.
+
+        One refused result refuses the whole call, so a batch is sent again one
+        completion at a time: the others complete.
+        """
+        if len(acks) > 1:
+            for ack in acks:
+                await self._complete([ack], resent=resent)
+            return
+        item, _ = acks[0]
+        log.warning("worker %s: storage refused the result of item %s: %s", self.worker_id, item.id, exc)
+        self.health.failure()
+        await self._fail(item, exc)
 
     # -- one item -----------------------------------------------------------
     async def _run_one(self, item: WorkItem) -> None:
@@ -517,14 +698,21 @@ class Worker:
             await self._release(item, delay=0.0)
 
     async def _release(self, item: WorkItem, *, delay: float) -> None:
+        await self._send_release(Settlement(Kind.RELEASE, item, delay=delay))
+
+    async def _send_release(self, settlement: Settlement, *, resent: bool = False) -> None:
         try:
-            await self.rt.pool.release(item, delay=delay)
+            await self.rt.pool.release(settlement.item, delay=settlement.delay)
         except LeaseLost as exc:
-            log.info("worker %s: %s", self.worker_id, exc)
-            return
+            if not await self._applied_unseen(settlement, exc, resent):
+                return
         except WorkhiveError as exc:
-            self._storage_fault(f"releasing item {item.id} (its lease will expire)", exc)
+            self._defer([settlement], settlement.action, exc)
             return
+        except asyncio.CancelledError:
+            self.unsettled.append(settlement)
+            raise
+        self.storage_faults = 0
         self.rt.emit(ev.RELEASED, 1)
         if self.rt.metrics is not None:
             self.rt.metrics.observe_released(self.rt.pool.name)
@@ -537,14 +725,36 @@ class Worker:
         text = error_text(error)
         if capped:
             text += f" (poisoned after {item.attempts} attempts: the fleet's max_attempts)"
+        await self._send_fail(Settlement(Kind.FAIL, item, error=text, poison=poison or capped, retry_after=retry_after))
+
+    async def _send_fail(self, settlement: Settlement, *, resent: bool = False) -> None:
+        item = settlement.item
         try:
-            state = await self.rt.pool.fail(item, text, poison=poison or capped, retry_after=retry_after)
+            state = await self.rt.pool.fail(
+                item, settlement.error, poison=settlement.poison, retry_after=settlement.retry_after
+            )
         except LeaseLost as exc:
-            log.info("worker %s: %s", self.worker_id, exc)
-            return
+            if not await self._applied_unseen(settlement, exc, resent):
+                return
+            state = exc.current.state  # type: ignore[attr-defined]
         except WorkhiveError as exc:
-            self._storage_fault(f"failing item {item.id} (its lease will expire)", exc)
+            self._defer([settlement], settlement.action, exc)
             return
+        except asyncio.CancelledError:
+            self.unsettled.append(settlement)
+            raise
         self.storage_faults = 0
         # The last error of each failing item goes to the supervisor's progress display.
-        self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1, item.id, text[:300])
+        self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1, item.id, settlement.error[:300])
+
+    async def _applied_unseen(self, settlement: Settlement, exc: LeaseLost, resent: bool) -> bool:
+        """After ``LeaseLost``: True if it refused a repeat of a send that was applied (its hook is fired now).
+
+        Otherwise the claim was lost (expired, reaped, taken over): logged, and the item dropped.
+        """
+        current = getattr(exc, "current", None)
+        if resent and earlier_send_applied(settlement, current):
+            await announce(self.rt.hive, self.rt.pool.name, settlement, current)  # type: ignore[arg-type]
+            return True
+        log.info("worker %s: %s", self.worker_id, exc)
+        return False
