@@ -12,8 +12,9 @@ import pg_server
 import pytest
 
 import workhive
+from workhive.errors import OutcomeUnknown
 from workhive.ids import item_number
-from workhive.models import ItemState
+from workhive.models import Ack, ItemState
 from workhive_postgres import PostgresStorage
 from workhive_postgres.sqlfiles import migrations, queries, with_limit
 
@@ -302,3 +303,41 @@ async def test_claims_keep_their_generic_plan_once_the_table_is_analyzed(url: st
             generic, custom = counts[with_limit(q[name], limit)]
             # PostgreSQL plans a prepared statement afresh five times, then keeps the generic plan.
             assert custom <= 5 and generic >= 14, (name, limit, generic, custom)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fused", [False, True], ids=["claim", "complete_and_claim"])
+async def test_a_claim_whose_connection_drops_after_it_ran_is_reported_unknown_not_run_again(
+    url: str, fused: bool
+) -> None:
+    """A claim that went through but whose answer was lost took items for the worker that it never
+    saw; run again, it would take more while heartbeats keep the first ones claimed forever. The
+    caller learns ``OutcomeUnknown`` instead, and the items stay findable under the worker's id."""
+    async with workhive.open(url) as hive:
+        storage = hive.storage
+        assert isinstance(storage, PostgresStorage)
+        ids = await hive.pool("drops").push_many([{"n": n} for n in range(4)])
+        held = None
+        if fused:
+            (held,) = await storage.claim("drops", "w1", 1, 60.0)
+        real = storage._complete_and_claim if fused else storage._claim
+
+        async def then_drop(conn: Any, *args: Any) -> Any:
+            answer = await real(conn, *args)  # applied (autocommit)...
+            await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")  # ...and the answer is lost
+            return answer
+
+        if fused:
+            storage._complete_and_claim = then_drop  # type: ignore[method-assign]
+            with pytest.raises(OutcomeUnknown):
+                await storage.complete_and_claim("drops", Ack(held.id, held.token, None), "w1", 1, 60.0)
+        else:
+            storage._claim = then_drop  # type: ignore[method-assign]
+            with pytest.raises(OutcomeUnknown):
+                await storage.claim("drops", "w1", 1, 60.0)
+        claimed = await storage.list_items("drops", ItemState.CLAIMED, 10)
+        assert len(claimed) == 1, claimed  # exactly what the lost statement took: nothing ran twice
+        assert {i.id for i in claimed} <= set(ids)
+        # The worker gives back what it holds (what the runtime does after an unknown claim).
+        assert await storage.release_by_worker("drops", "w1", False) == 1
+        assert await storage.list_items("drops", ItemState.CLAIMED, 10) == []

@@ -19,7 +19,8 @@ Model
   backoff for up to ``?retry_for=`` seconds. A call that was in flight is run
   again when running it twice is harmless, or the item is read back to learn
   whether it was applied (complete, fail, release); when that cannot be known
-  (a push without dedup keys) the caller gets ``OutcomeUnknown``.
+  (a push without dedup keys, a claim, a fused complete-and-claim that went
+  through) the caller gets ``OutcomeUnknown``.
 """
 
 from __future__ import annotations
@@ -481,8 +482,10 @@ class PostgresStorage:
         return ids
 
     async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
-        # Run again after a lost connection: items a lost claim took come back when their lease ends.
-        return await self._run("claim", self._claim, pool, worker_id, limit, float(lease))
+        # Never run again after a connection lost mid-statement: items a lost claim took are held
+        # by ``worker_id``, and that worker's heartbeats would extend them forever while it runs
+        # others. ``OutcomeUnknown`` tells the caller, who knows what it holds, to give them back.
+        return await self._run("claim", self._claim, pool, worker_id, limit, float(lease), rerun=False)
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         rows = await conn.fetch(with_limit(self._q["claim"], limit), self._off(), pool, worker_id, lease)
@@ -555,9 +558,16 @@ class PostgresStorage:
             return False, []
 
         async def recover(conn: Any) -> tuple[bool, list[WorkItem]]:
-            # Items the lost statement may have claimed come back when their lease ends.
-            (accepted,) = await self._recover_complete(conn, pool, [ack])
-            return accepted, []
+            # Still ours: nothing ran (one statement), so it runs again (``_Rerun``). Otherwise the
+            # statement may have claimed items for ``worker_id`` that never reached it: the caller
+            # must learn that, as for a lost claim (see ``claim``).
+            await self._recover_complete(conn, pool, [ack])
+            raise OutcomeUnknown(
+                f"the connection to PostgreSQL at {self.config.where} dropped while completing {ack.item_id} and "
+                "claiming more: the completion may be applied and items may be held by this worker; give back "
+                "what it holds (release_by_worker) before claiming again",
+                where=self.config.where,
+            )
 
         return await self._run(
             "complete_and_claim", self._complete_and_claim, pool, key, ack, worker_id, limit, float(lease),

@@ -18,8 +18,9 @@ Failures, and who retries:
   coming: that wait lasts the URL's whole ``retry_for``, opening included.
 * Dropped while a write was in flight: it was applied once or not at all,
   and retrying blindly could apply it twice, so ``OutcomeUnknown`` is raised
-  (fenced calls are safe to retry; an unknown claim comes back when its
-  lease expires). Reads are retried like the first case.
+  (fenced calls are safe to retry; after an unknown claim the caller gives
+  back what its worker holds, since heartbeats would keep those leases alive).
+  Reads are retried like the first case.
 * Refused by the server for good (wrong password, a database index out of
   range, an ACL that forbids ``EVALSHA``, out of memory): a
   ``StorageUnavailable``/``StorageError`` that says what to do. No message
