@@ -200,6 +200,15 @@ class ProcessRuntime:
         self.emit(ev.FATAL, ExitCode.FAILURE, reason)
         self.request_stop(ExitCode.FAILURE, reason)
 
+    def handler_ended_process(self, reason: str) -> None:
+        """A handler raised what ends a process (``SystemExit``, ``KeyboardInterrupt``…): stop, to be replaced.
+
+        The worker charges the item that did it; the other items in flight finish
+        within ``grace`` (or go back unspent), as on SIGTERM.
+        """
+        log.error("%s; the process stops and the supervisor replaces it", reason)
+        self.request_stop(ExitCode.FAILURE, reason)
+
     def worker_unhealthy(self, worker: Worker) -> None:
         log.error(
             "worker %s kept failing after %d pauses; the process drains and exits so a fresh one replaces it",
