@@ -82,7 +82,8 @@ class Aftermath:
 
     async def settle(self, child: Any, code: int, budget: WaitBudget) -> None:
         """Judge and release the claims of ``child``, which died (exit status ``code``) without an ``EXIT`` event."""
-        # Stopped by us, or stopping because storage failed: whatever ran there did not kill it.
+        # Stopped by us, or dying after it announced that it stops (storage failing, every key
+        # disabled): whatever ran there did not kill it.
         blameless = child.stopped_by_us or child.fatal is not None
         if child.unreported:
             await self.count_unreported(child, budget)
