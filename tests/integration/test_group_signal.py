@@ -76,3 +76,60 @@ def test_sigterm_to_the_process_group_stops_the_fleet_gracefully_once(tmp_path: 
     # As for one SIGTERM: the others were given back (or never claimed) without spending an attempt.
     assert all(i.state is ItemState.PENDING and i.attempts == 0 for i in items if i.id not in started), items
     assert report["done"] == 2 and report["failed"] == 0 and report["poisoned"] == 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited (whoever adopted it may not reap it at once)
+
+
+def test_worker_processes_out_of_the_group_still_stop_when_the_supervisor_dies(tmp_path: Path) -> None:
+    log = tmp_path / "handler.log"
+    env = {"PYTHONPATH": str(HERE), "WORKHIVE_TEST_LOG": str(log)}
+    items = "".join(json.dumps({"seconds": 1}) + "\n" for _ in range(6))
+    pushed = run_workhive(tmp_path, "--storage", "sqlite:///hive.db", "push", "jobs", "-", stdin=items, **env)
+    assert pushed.code == 0, pushed
+    proc = subprocess.Popen(
+        [*COMMAND, "--storage", "sqlite:///hive.db", "work", "jobs", "--handler", "handlers:slow",
+         "--processes", "2", "--grace", "60", "--progress", "none"],
+        cwd=tmp_path, env=clean_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and (not log.exists() or log.read_text().count("start") < 2):
+            time.sleep(0.05)
+        assert log.exists() and log.read_text().count("start") == 2, "the handlers never started"
+        children = _children(proc.pid)
+        assert len(children) == 2
+        proc.kill()  # the supervisor alone: its worker processes are in sessions of their own
+        proc.wait(timeout=TIMEOUT)
+        while time.monotonic() < deadline and any(_running(pid) for pid in children):
+            time.sleep(0.05)
+        assert not any(_running(pid) for pid in children), "worker processes outlived their supervisor"
+    finally:
+        for pid in children:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    # They drained as on SIGTERM: the items in flight finished, the rest went back unspent.
+    items_left = _items(tmp_path / "hive.db")
+    started = {line.split()[1] for line in log.read_text().splitlines() if line.startswith("start")}
+    assert all(i.state is ItemState.DONE for i in items_left if i.id in started), items_left
+    assert all(i.state is ItemState.PENDING and i.attempts == 0 for i in items_left if i.id not in started), items_left
