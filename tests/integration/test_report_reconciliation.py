@@ -10,6 +10,7 @@ import pytest
 import workhive
 from workhive.runtime import events as ev
 from workhive.runtime.options import FleetOptions
+from workhive.runtime.patience import WaitBudget
 from workhive.runtime.supervisor import Supervisor, _Child
 
 pytest.importorskip("workhive_memory")
@@ -33,7 +34,8 @@ def test_completions_committed_but_never_reported_are_counted_from_storage() -> 
             sup._on_event(child, [ev.DONE, 1, done_reported.id])
             sup._on_event(child, [ev.FAILED, 1, failed.id, "boom"])
             assert sup.tally.done == 1
-            await sup._count_unreported(child)  # the process died: storage says which finished
+            # The process died: storage says which finished.
+            await sup.aftermath.count_unreported(child, WaitBudget(30.0, "the test"))
             return sup.tally, child.unreported
 
     tally, unreported = asyncio.run(main())

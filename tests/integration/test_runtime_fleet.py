@@ -16,6 +16,7 @@ import workhive
 from workhive.errors import ConfigError
 from workhive.models import ItemState, WorkerStatus
 from workhive.runtime import FleetOptions, run_fleet
+from workhive.runtime.stop_requests import ECHO_WINDOW
 
 from .conftest import fleet_env, fleet_script, report_of
 
@@ -355,6 +356,9 @@ def test_after_a_second_sigterm_the_report_agrees_with_storage(tmp_path, run_scr
     seen: list[str] = []
     proc.send_signal(signal.SIGTERM)
     _wait_for_stderr_line(proc, "stopping", seen)  # the first signal is taken before the second is sent
+    # Later than a repeat delivery of the first (timeout's signal to the process and its group) would
+    # come: the supervisor took the first before "stopping" was written, so this pause is at least that long.
+    time.sleep(ECHO_WINDOW + 0.5)
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == 130, "".join(seen) + err

@@ -16,7 +16,7 @@ import pytest
 import workhive
 from workhive.models import ItemState
 from workhive.runtime.events import ListSink
-from workhive.runtime.options import FleetOptions
+from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.process import ProcessRuntime
 
 pytest.importorskip("workhive_memory")
@@ -36,7 +36,7 @@ def handlers(monkeypatch: pytest.MonkeyPatch) -> Any:
 def run(data: list[dict[str, Any]], handler: str = "thread_handlers:record", **options: Any) -> Any:
     """Push ``data``, run one worker (batch 10) until the pool is empty; return (events, items by n, exit).
 
-    ``exit`` is the runtime's exit code, or the ``SystemExit`` that ended the event loop.
+    ``exit`` is the runtime's exit code, or a ``SystemExit`` that escaped into the event loop.
     """
     kept: dict[str, Any] = {}
 
@@ -133,13 +133,19 @@ def test_quick_items_go_in_one_trip(handlers: Any, monkeypatch: pytest.MonkeyPat
     assert trips == [10]
 
 
-def test_a_system_exit_in_the_handler_still_acknowledges_the_items_that_ran_before_it(handlers: Any) -> None:
+def test_a_system_exit_in_the_handler_charges_its_item_after_settling_the_ones_before_it(handlers: Any) -> None:
     data = [{"n": n, "do": "exit" if n == 4 else "ok"} for n in range(10)]
-    _, stored, code = run(data)
-    assert isinstance(code, SystemExit) and code.code == 3  # it still ends the process, as before
+    events, stored, code = run(data)
+    # The process stops (and a supervisor replaces it); the exception never reaches the event loop.
+    assert code == ExitCode.FAILURE
     assert [n for n, _ in handlers.calls] == [0, 1, 2, 3, 4]
-    assert all(stored[n].state is ItemState.DONE for n in range(4))  # settled before the exit went on
-    assert stored[4].state is not ItemState.DONE
+    assert all(stored[n].state is ItemState.DONE for n in range(4))  # settled before the process stopped
+    exited = stored[4]  # it spent its attempt: poisoned after max_attempts, like any item that ends its process
+    assert exited.state is ItemState.PENDING and exited.attempts == 1, exited
+    assert exited.error == "its worker process exited with SystemExit: 3"
+    assert [e[2] for e in events if e[0] == "failed"] == [exited.id]
+    # The rest of the batch never started: given back with their attempt refunded.
+    assert all(stored[n].state is ItemState.PENDING and stored[n].attempts == 0 for n in range(5, 10))
 
 
 def test_a_plain_function_returning_a_coroutine_is_awaited_on_the_loop(handlers: Any) -> None:

@@ -196,3 +196,24 @@ async def test_a_worker_runs_its_item_without_waiting_for_its_status_to_be_writt
         assert written == [workhive.WorkerStatus.BUSY, workhive.WorkerStatus.IDLE]
         [worker] = runtime.workers
         assert (await hive.workers.get(worker.worker_id)).status is workhive.WorkerStatus.STOPPED
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["system_exit", "keyboard_interrupt"])
+async def test_an_async_handler_that_ends_its_process_charges_its_item_and_stops_the_process(monkeypatch, how):
+    monkeypatch.setenv("WORKHIVE_TEST_HOW", how)
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        [bad_id] = await pool.push_many([{"n": 0, "bad": True}])
+        code, tally, runtime = await run_until_empty(hive, "crash_handlers:ends_its_process_async", max_attempts=3)
+        # The exception stopped this process (its supervisor starts another), not the event loop.
+        assert code == ExitCode.FAILURE
+        name = "SystemExit" if how == "system_exit" else "KeyboardInterrupt"
+        assert runtime.exit.reason == f"the handler raised {name} on item {bad_id}"
+        bad = await pool.get(bad_id)
+        assert bad.state is ItemState.PENDING and bad.attempts == 1  # the attempt is spent, not given back
+        said = "SystemExit: fatal: key no-key" if how == "system_exit" else "KeyboardInterrupt: giving up"
+        assert f"its worker process exited with {said}" in bad.error
+        assert tally.failed == 1 and tally.released == 0
+        records = [await hive.workers.get(w.worker_id) for w in runtime.workers]
+        assert {r.status for r in records} == {workhive.WorkerStatus.STOPPED}  # deregistered on the way out

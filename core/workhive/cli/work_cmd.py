@@ -160,7 +160,9 @@ def work_cmd(
     1 when workers could not run or storage kept failing, 2 for bad configuration
     (checked before anything runs: options, handler signature, storage, credentials,
     lock provider; --until-empty on a pool that never had an item), 130 after a
-    second signal (claims are put back without spending attempts).
+    second signal (claims are put back without spending attempts). A signal sent
+    to the whole process group (Ctrl-C, `timeout`) is one request to stop; the
+    same signal again within a second is taken as that request delivered twice.
 
     -v / --log-level reach every worker process: a failing item's error, and the
     handler's own ctx.logger lines, show on stderr.

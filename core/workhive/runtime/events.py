@@ -36,9 +36,13 @@ WORKER = "worker"  # worker id registered
 WORKER_LOST = "worker_lost"  # worker id was declared lost while running
 START = "start"  # worker id, item id, token, alone (1: nothing else runs beside it): the worker starts this claim
 READY = "ready"  # the process loaded its handler and registered its workers
-FATAL = "fatal"  # exit code, message: the process cannot run (bad handler, storage down)
+FATAL = "fatal"  # exit code, message[, STORAGE_FAULT]: the process cannot run (bad handler, storage down)
+EXIT = "exit"  # exit code, reason, workers whose claims it could not give back: its last word before it exits
 BUDGET_WAIT = "budget_wait"  # seconds a worker waited for its key's rate budget before a call
 RAN_DRY = "ran_dry"  # worker id: a busy worker's claim found nothing (a hint that the pool may have drained)
+
+#: the kind a FATAL event may carry: the process stops because storage kept failing (no item is to blame)
+STORAGE_FAULT = "storage"
 
 
 class EventSink(Protocol):

@@ -14,9 +14,19 @@ nothing but the installed package and shows up plainly in ``ps``.
 Signals: the first SIGTERM stops claiming, lets in-flight items finish within
 ``grace`` seconds, releases the rest without spending attempts and
 deregisters; a second SIGTERM exits at once (leases then expire and the
-reaper or another claim picks the items up). SIGINT is ignored: a Ctrl-C on
-the terminal reaches the whole process group, and the supervisor turns it
-into SIGTERMs so that one key press counts once.
+reaper or another claim picks the items up). The supervisor starts each
+process in a session of its own, so a signal to the supervisor's process
+group (Ctrl-C on the terminal, ``timeout``) never reaches it: the supervisor
+turns one request to stop into one SIGTERM here. SIGINT is ignored besides.
+
+Exits: a process that ends on its own (stopped, unhealthy, storage failing, a
+handler that raised ``SystemExit``) says so in an ``EXIT`` event, its last,
+after deregistering its workers (their claims go back unspent). A process that
+dies without it (``os._exit``, a signal, a segfault) is judged by the
+supervisor, which charges the item it was running. Deregistering waits on
+storage for at most the storage's retry window in all (``runtime.patience``),
+however many workers the process has, and the ``EXIT`` event counts the
+workers whose claims it could not give back (they expire with their lease).
 
 ``ProcessRuntime`` also runs in-process (tests, embedding): see ``run``.
 """
@@ -38,7 +48,15 @@ from typing import Any
 import attrs
 
 import workhive
-from workhive.errors import ConfigError, InvalidArgument, StorageCorrupt, WorkerLost, WorkerNotFound, WorkhiveError
+from workhive.errors import (
+    ConfigError,
+    InvalidArgument,
+    StorageCorrupt,
+    StorageError,
+    WorkerLost,
+    WorkerNotFound,
+    WorkhiveError,
+)
 from workhive.hive import Hive
 from workhive.models import WorkItem
 from workhive.plugin_manager import PluginManager
@@ -48,6 +66,7 @@ from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions
+from workhive.runtime.patience import WaitBudget, retry_window
 from workhive.runtime.worker import Worker
 from workhive.terminal import log_to_stderr
 
@@ -150,6 +169,7 @@ class ProcessRuntime:
         self.idle = IdleWaiter(self)
         self.gate = IsolationGate()
         self.heartbeat_failures = 0  # in a row, across this process's workers
+        self.not_deregistered = 0  # workers whose claims could not be given back as the process stopped
         self.suspects = hive.shared(SUSPECTS)
         # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
@@ -198,7 +218,17 @@ class ProcessRuntime:
         )
         reason = f"storage {what}: {type(exc).__name__}: {exc}"
         log.error("%s; stopping", reason)
-        self.emit(ev.FATAL, ExitCode.FAILURE, reason)
+        # Marked as a storage fault: the supervisor then blames no item for this process's end.
+        self.emit(ev.FATAL, ExitCode.FAILURE, reason, ev.STORAGE_FAULT)
+        self.request_stop(ExitCode.FAILURE, reason)
+
+    def handler_ended_process(self, reason: str) -> None:
+        """A handler raised what ends a process (``SystemExit``, ``KeyboardInterrupt``…): stop, to be replaced.
+
+        The worker charges the item that did it; the other items in flight finish
+        within ``grace`` (or go back unspent), as on SIGTERM.
+        """
+        log.error("%s; the process stops and the supervisor replaces it", reason)
         self.request_stop(ExitCode.FAILURE, reason)
 
     def worker_unhealthy(self, worker: Worker) -> None:
@@ -337,21 +367,41 @@ class ProcessRuntime:
         finally:
             if watcher is not None:
                 watcher.cancel()
-            for worker in self.workers:
-                # Unanswered completions, failures and releases first: deregistering refunds every
-                # claim the worker still holds, whether or not storage applied its settlement.
-                await worker.settle_before_exit()
-                if not worker.registered:
-                    continue
-                try:
-                    await worker.deregister()
-                except WorkhiveError as exc:
-                    log.warning(
-                        "deregistering %s failed (the reaper will release its items): %s", worker.worker_id, exc
-                    )
+            await self._deregister_all()
             heartbeat.cancel()
             self.executor.shutdown(wait=False, cancel_futures=True)
         return self.exit.code
+
+    async def _deregister_all(self) -> None:
+        """Settle what storage left unanswered, then deregister every worker (claims go back unspent), side by side.
+
+        All of it waits on storage for at most the storage's retry window: on a dead
+        store the process exits after that, not after one window per worker. Workers
+        that could not be deregistered are counted in ``not_deregistered``.
+        """
+        budget = WaitBudget(retry_window(self.hive.storage), "the worker process's stop")
+
+        async def settle_then_deregister(worker: Worker) -> None:
+            # Unanswered completions, failures and releases first: deregistering refunds every
+            # claim the worker still holds, whether or not storage applied its settlement.
+            await worker.settle_before_exit()
+            if worker.registered:
+                await worker.deregister()
+
+        async def deregister(worker: Worker) -> bool:
+            try:
+                await budget.call(f"settling and deregistering {worker.worker_id}", settle_then_deregister(worker))
+            except WorkhiveError as exc:
+                log.warning(
+                    "deregistering %s failed (its claims come back when their leases expire): %s",
+                    worker.worker_id,
+                    exc,
+                )
+                return False
+            return True
+
+        done = await asyncio.gather(*(deregister(w) for w in self.workers if w.registered or w.unsettled))
+        self.not_deregistered = done.count(False)
 
 
 def _all_disabled(snapshot: Any) -> bool:
@@ -465,14 +515,21 @@ async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     # EOF on stdin: the supervisor is gone. Drain like on SIGTERM rather than run unsupervised.
     loop.add_reader(sys.stdin.fileno(), lambda: _check_parent(runtime))
     try:
-        return await runtime.run()
+        code = await runtime.run()
+        reason = runtime.exit.reason
     except WorkhiveError as exc:
-        sink(ev.FATAL, ExitCode.FAILURE, f"{type(exc).__name__}: {exc}")
-        return ExitCode.FAILURE
+        reason = f"{type(exc).__name__}: {exc}"
+        sink(ev.FATAL, ExitCode.FAILURE, reason, *([ev.STORAGE_FAULT] if isinstance(exc, StorageError) else []))
+        code = ExitCode.FAILURE
     finally:
         with contextlib.suppress(Exception):
             loop.remove_reader(sys.stdin.fileno())
-        await hive.close()
+        # Closing drops connections; bounded all the same, so a dead store cannot hold the exit.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(hive.close(), retry_window(hive.storage))
+    # The last word: this process ends on its own, its workers deregistered (or counted).
+    sink(ev.EXIT, code, reason or "stopped", runtime.not_deregistered)
+    return code
 
 
 def _check_parent(runtime: ProcessRuntime) -> None:

@@ -9,19 +9,32 @@ itself. Its loop ticks a few times a second:
   events are handled while a large fleet starts; any failure to start a child
   or to hand it its configuration (``BrokenPipeError`` from one that died
   first) is that child's death, never the fleet's;
+* children run in a session of their own: a signal to the supervisor's
+  process group (Ctrl-C, ``timeout``) reaches the supervisor alone, which
+  counts requests, not deliveries (``runtime.stop_requests``), and tells the
+  children. Their stderr comes through the supervisor, scrubbed of every
+  secret (``runtime.relay``); they stop on their own when it dies (EOF on
+  their stdin);
 * a child that exits unexpectedly is restarted. One that dies before it
   became ready counts as a start-up failure: ``MAX_STARTUP_FAILURES`` in a
   row (a handler that cannot be imported in the child, storage that cannot be
   opened) and the fleet gives up with ``ExitCode.FAILURE`` and the child's
   reason. Restarts of children that did run are delayed with backoff and
-  bounded by ``MAX_RESTARTS_PER_MINUTE``. The dead child's workers are
-  released at once (attempt spent: the item may be what killed it) instead
-  of waiting for the reaper. An item that ran alone in the dead process
-  spends its attempt (it is the culprit, or was there when something else
-  killed it); when several ran, none does: each is marked a suspect and runs
-  alone from then on (``runtime.isolation``), so innocents are not poisoned
-  beside a killer. After a second signal nothing is spent: the operator
-  stopped the processes, and the report says what was put back;
+  bounded by ``MAX_RESTARTS_PER_MINUTE``. A child that ends on its own says so
+  (an ``EXIT`` event: stopped, unhealthy, storage failing, a handler that
+  raised ``SystemExit``, whose item the worker charged). One that dies without
+  it (``os._exit``, a signal, a segfault) has its workers' claims released at
+  once and the item that killed it charged (``runtime.aftermath``: an item
+  that ran alone spends its attempt; several that ran together become
+  suspects that run alone from then on). After a second signal nothing is
+  spent: the operator stopped the processes, and the report says what was
+  put back;
+* storage calls made for dead children, and every one made while the fleet
+  stops, wait within a budget of the storage's retry window
+  (``runtime.patience``): per dead child while running, one for the whole
+  stop. A signal while the fleet stops on failing storage cuts it short and
+  tells the children to exit at once; the report says how many workers'
+  claims were not given back (they expire with their lease);
 * with ``min_processes < max_processes`` the fleet grows by one process while
   the ready backlog exceeds what the running processes can hold in flight,
   and shrinks by one (a graceful SIGTERM) after ``SCALE_DOWN_IDLE`` seconds
@@ -36,8 +49,9 @@ itself. Its loop ticks a few times a second:
   counts are read periodically, and at once when a busy worker's claim comes
   back empty (``RAN_DRY``), so the run ends soon after the last item does;
 * a storage fault that lasts (statistics reads failing ``MAX_STORAGE_FAILURES``
-  times in a row with doubling pauses, or a corrupt store at once) ends the run
-  with ``ExitCode.FAILURE`` and the fault as its one reason.
+  times in a row with doubling pauses, or failing for longer than the storage's
+  retry window, or a corrupt store at once) ends the run with
+  ``ExitCode.FAILURE`` and the fault as its one reason.
 """
 
 from __future__ import annotations
@@ -62,13 +76,16 @@ import attrs
 from workhive.errors import LockTimeout, StorageCorrupt, WorkhiveError
 from workhive.hive import Hive
 from workhive.liveness import reap_gone
-from workhive.models import ItemState, PoolStats, WorkerStatus
+from workhive.models import PoolStats
 from workhive.redaction import scrub, scrub_data
 from workhive.runtime import events as ev
-from workhive.runtime.isolation import SUSPECT_TTL, SUSPECTS, suspect_key
+from workhive.runtime.aftermath import Aftermath, how_it_ended
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
+from workhive.runtime.patience import WaitBudget, retry_window
 from workhive.runtime.process import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.progress import FleetProgress
+from workhive.runtime.relay import OutputRelay
+from workhive.runtime.stop_requests import ECHO_WINDOW, StopRequests
 
 __all__ = ["Supervisor"]
 
@@ -117,6 +134,9 @@ class _Child:
     # claims started here whose outcome (done, failed, poisoned) has not been reported yet: item id -> token
     unreported: dict[str, int] = attrs.field(factory=dict)
     buffer: bytes = b""
+    exited: tuple[int, str, int] | None = None  # its EXIT event: code, reason, workers it could not deregister
+    stopped_by_us: bool = False  # told to exit at once, or killed, by the supervisor: no item is to blame
+    relay: OutputRelay | None = None  # its stderr, passed on scrubbed
 
 
 def _child_env() -> dict[str, str]:
@@ -197,7 +217,6 @@ class Supervisor:
         self.tally = ev.Tally()
         self.children: dict[int, _Child] = {}
         self.reaped = 0
-        self.lost_with_process = 0
         self.replaced = 0  # worker processes that died (or could not be started) and were replaced
         lo = options.min_processes if options.min_processes is not None else options.processes
         hi = options.max_processes if options.max_processes is not None else max(options.processes, lo)
@@ -205,7 +224,7 @@ class Supervisor:
         self.target = min(max(options.processes, lo), hi)
         self.stopping = False
         self.result: tuple[int, str] | None = None
-        self.signals = 0
+        self.requests = StopRequests()
         self.startup_failures = 0
         self.restarts: collections.deque[float] = collections.deque()
         self.restart_at = 0.0
@@ -215,9 +234,15 @@ class Supervisor:
         self._ran_dry = False  # a RAN_DRY event came since the last read of the counts
         self._early_read_at = 0.0  # when a RAN_DRY may next bring a read forward
         self.storage_failures = 0
-        self.left_to_expire = 0  # dead workers whose claims could not be released
-        self.put_back = 0  # claims released after a second signal
-        self._attempts: dict[str, int] = {}  # item id -> its attempts, for claims of a dead child
+        # Storage is known to fail (reads failed, a child stopped on a storage fault, a call timed
+        # out): a signal while the fleet stops then means "stop waiting for it".
+        self.storage_failing = False
+        self._failing_since = 0.0  # when the first read of the current run of failed ones began
+        self.window = retry_window(hive.storage)  # what one job may wait on storage in all
+        self._stop_budget: WaitBudget | None = None  # shared by every storage call made while stopping
+        self._child_budget: WaitBudget | None = None  # the one settling a dead child right now
+        self.aftermath = Aftermath(hive, options, self.tally)
+        self.gave_up_on_storage: str | None = None  # the signal on which the stop stopped waiting for storage
         self.last_errors: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._baseline: PoolStats | None = None  # the pool when the run began: progress counts from it
         self._history: collections.deque[tuple[float, int]] = collections.deque()
@@ -239,7 +264,13 @@ class Supervisor:
         ]
 
     def _popen(self, cmd: list[str], write_fd: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, stdin=subprocess.PIPE, pass_fds=(write_fd,), env=self._env)
+        # A session of its own: a signal to our process group (Ctrl-C, `timeout`) reaches us
+        # alone, and the child stops when we tell it, once per request. Its stderr comes through
+        # us, scrubbed (runtime.relay), and it never writes to a terminal it does not control.
+        return subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,), env=self._env,
+            start_new_session=True,
+        )  # fmt: skip
 
     def _spawn(self) -> None:
         """Start one worker process and hand it its configuration.
@@ -262,6 +293,10 @@ class Supervisor:
         child = _Child(proc=proc, fd=read_fd, started_at=time.monotonic())
         self.children[proc.pid] = child
         asyncio.get_running_loop().add_reader(read_fd, self._on_readable, child)
+        if proc.stderr is not None:
+            child.relay = OutputRelay(os.dup(proc.stderr.fileno()))  # the relay owns its descriptor
+            proc.stderr.close()
+            asyncio.get_running_loop().add_reader(child.relay.fd, self._on_output, child)
         assert proc.stdin is not None
         try:
             proc.stdin.write((json.dumps(options_to_json(self.options)) + "\n").encode())
@@ -291,6 +326,11 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         loop.remove_reader(child.fd)
         loop.call_later(EVENT_READ_PAUSE, self._watch_again, child)
+
+    def _on_output(self, child: _Child) -> None:
+        relay = child.relay
+        if relay is not None and not relay.closed and not relay.read():
+            asyncio.get_running_loop().remove_reader(relay.fd)  # its end: the rest is read when it is reaped
 
     def _watch_again(self, child: _Child) -> None:
         if child.eof or self.children.get(child.proc.pid) is not child:
@@ -346,6 +386,10 @@ class Supervisor:
                 self._wakeup.set()
         elif kind == ev.FATAL:
             child.fatal = (int(event[1]), str(event[2]))
+            if len(event) > 3 and event[3] == ev.STORAGE_FAULT:
+                self.storage_failing = True
+        elif kind == ev.EXIT:
+            child.exited = (int(event[1]), str(event[2]), int(event[3]) if len(event) > 3 else 0)
         elif kind == ev.DONE:
             for item_id in event[2:]:
                 child.unreported.pop(str(item_id), None)
@@ -372,49 +416,35 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(child.fd)
             os.close(child.fd)
+            if child.relay is not None:
+                with contextlib.suppress(Exception):
+                    asyncio.get_running_loop().remove_reader(child.relay.fd)
+                child.relay.close()  # its last words (a traceback, a fatal error), scrubbed
             if child.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     child.proc.stdin.close()
             await self._on_child_exit(child, code)
 
     async def _on_child_exit(self, child: _Child, code: int) -> None:
-        if code not in (0, EXIT_UNHEALTHY) and child.unreported:
-            await self._count_unreported(child)
         if self.metrics is not None:
             # Its in-flight gauge no longer counts; its counters stay in the fleet's totals.
             self.metrics.mark_process_dead(child.proc.pid)
-        clean = code in (0, EXIT_UNHEALTHY)
-        interrupted = self.result is not None and self.result[0] == ExitCode.INTERRUPTED
-        if not clean and child.worker_ids:
-            # The process is dead, so none of its claims can complete: put them back now rather
-            # than wait for the reaper. After a second signal the operator stopped it, not an
-            # item: everything it held goes back without spending an attempt.
-            running = [] if interrupted else await self._running_at_death(child)
-            if child.alone is not None and child.alone in running:
-                running = [child.alone]  # it ran alone: the others had finished, whatever storage says
-            if len(running) == 1:
-                # It ran alone: it is what killed the process (or was there when something else
-                # did). It spends its attempt, and is poisoned after max_attempts.
-                await self._spend_attempt(child, code, running[0])
-            elif running:
-                # Several items ran: the culprit is unknown. Each gets its attempt back and runs
-                # alone from now on, so that the next death names the item that causes it.
-                await self._suspect(child, code, running)
-            for worker_id in child.worker_ids:
-                try:
-                    # Claimed items it had not started yet (and refunded suspects) get their attempt back.
-                    released = await self.hive.storage.release_by_worker(None, worker_id, False)
-                    if interrupted:
-                        self.tally.released += released
-                        self.put_back += released
-                    await self.hive.storage.set_worker_status(
-                        worker_id, WorkerStatus.STOPPED, f"process {child.proc.pid} died (exit status {code})"
-                    )
-                except WorkhiveError as exc:
-                    self.left_to_expire += 1
-                    log.warning("releasing the items of dead worker %s failed (the reaper will): %s", worker_id, exc)
-            if not interrupted:
-                self.lost_with_process += len(child.worker_ids)
+        if child.exited is not None:
+            # It ended on its own: its workers deregistered, their claims went back unspent,
+            # except those of the workers it counts (they expire with their lease).
+            self.aftermath.left_to_expire += child.exited[2]
+        elif child.worker_ids or child.unreported:
+            # Dead without a word: none of its claims can complete. Put them back now rather
+            # than wait for the reaper, and charge the item that killed it (runtime.aftermath).
+            if self.result is not None and self.result[0] == ExitCode.INTERRUPTED:
+                child.stopped_by_us = True  # the operator stopped it, not an item
+            budget = self._budget_for_dead_child()
+            try:
+                await self.aftermath.settle(child, code, budget)
+            finally:
+                self._child_budget = None
+            if budget.spent and not budget.cut_short:
+                self.storage_failing = True  # a call waited out the whole retry window
         if self.stopping or child.retiring:
             return
         if child.fatal is not None:
@@ -443,93 +473,25 @@ class Supervisor:
             self._finish(
                 ExitCode.FAILURE,
                 f"worker processes keep dying ({len(self.restarts)} restarts in the last minute, "
-                f"last exit status {code})",
+                f"the last: {how_it_ended(code)})",
             )
             return
         if child.config_failed is not None:
             why = f"could not be given its configuration ({child.config_failed})"
-        elif code == EXIT_UNHEALTHY:
-            why = "was unhealthy"
+        elif child.exited is not None:
+            why = "was unhealthy" if code == EXIT_UNHEALTHY else f"exited ({child.exited[1]})"
         else:
-            why = f"died (exit status {code})"
+            why = f"died ({how_it_ended(code)})"
         log.warning("worker process %d %s; starting a replacement", child.proc.pid, why)
         self.replaced += 1
         self.restart_at = max(self.restart_at, now + min(5.0, 0.05 * 2 ** len(self.restarts)))
 
-    async def _count_unreported(self, child: _Child) -> None:
-        """Completions the dead child committed but died before reporting: storage says DONE under its token.
-
-        A process can die between committing a batch of completions and telling the
-        supervisor (a handler's ``os._exit`` in another thread, a SIGKILL); counting them
-        here keeps the report in agreement with storage.
-        """
-        for item_id, token in list(child.unreported.items()):
-            try:
-                item = await self.hive.storage.get(self.options.pool, item_id)
-            except WorkhiveError as exc:
-                log.debug("reading item %s of a dead worker failed: %s", item_id, exc)
-                continue
-            if item is not None and item.state is ItemState.DONE and item.token == token:
-                self.tally.done += 1
-        child.unreported.clear()
-
-    async def _running_at_death(self, child: _Child) -> list[tuple[str, int]]:
-        """The claims the dead child was running: started there, and still claimed under that token."""
-        found: list[tuple[str, int]] = []
-        for worker_id in child.worker_ids:
-            started = child.running.get(worker_id)
-            if started is None:
-                continue
-            try:
-                item = await self.hive.storage.get(self.options.pool, started[0])
-            except WorkhiveError as exc:
-                log.warning("reading item %s of a dead worker failed: %s", started[0], exc)
-                found.append(started)  # assume it was running: it is put back either way
-                continue
-            if item is not None and item.state is ItemState.CLAIMED and item.token == started[1]:
-                found.append(started)
-                self._attempts[started[0]] = item.attempts
-        return found
-
-    async def _spend_attempt(self, child: _Child, code: int, claim: tuple[str, int]) -> None:
-        # The fleet's max_attempts caps what it claims (as the workers do for handler failures).
-        capped = self._attempts.pop(claim[0], 0) >= self.options.max_attempts
-        try:
-            state = await self.hive.storage.fail(
-                self.options.pool,
-                claim[0],
-                claim[1],
-                f"worker process {child.proc.pid} died (exit status {code}) while running this item alone",
-                0.0,
-                capped,
-            )
-        except WorkhiveError as exc:
-            log.warning("failing item %s of a dead worker failed (the reaper will): %s", claim[0], exc)
-            return
-        if state is ItemState.POISONED:
-            self.tally.poisoned += 1
-        elif state is not None:
-            self.tally.failed += 1
-
-    async def _suspect(self, child: _Child, code: int, claims: list[tuple[str, int]]) -> None:
-        suspects = self.hive.shared(SUSPECTS)
-        for item_id, _ in claims:
-            try:
-                await suspects.put(
-                    suspect_key(self.options.pool, item_id),
-                    {"pid": child.proc.pid, "exit": code, "beside": len(claims) - 1},
-                    ttl=SUSPECT_TTL,
-                )
-            except WorkhiveError as exc:
-                log.warning("marking item %s as a crash suspect failed: %s", item_id, exc)
-        log.warning(
-            "worker process %d died (exit status %d) running %d items: %s get their attempt back and each runs "
-            "alone from now on, until the one that kills its process is known",
-            child.proc.pid,
-            code,
-            len(claims),
-            ", ".join(item_id for item_id, _ in claims),
-        )
+    def _budget_for_dead_child(self) -> WaitBudget:
+        """What settling a dead child may wait on storage: the stop's shared budget once stopping."""
+        if self.stopping and self._stop_budget is not None:
+            return self._stop_budget
+        self._child_budget = WaitBudget(self.window, "the settling of a dead worker process")
+        return self._child_budget
 
     def _finish(self, code: int, reason: str) -> None:
         if self.result is None:
@@ -539,22 +501,66 @@ class Supervisor:
     def _begin_stop(self) -> None:
         if not self.stopping:
             self.stopping = True
-            self._stop_deadline = time.monotonic() + self.options.grace + 10.0
+            # Children get grace to finish their items, then up to the storage's retry window
+            # to deregister their workers on a store that does not answer.
+            self._stop_deadline = time.monotonic() + self.options.grace + self.window + 10.0
+            self._stop_budget = WaitBudget(self.window, "the fleet's stop")
             self._signal_children(signal.SIGTERM)
 
     # -- signals ------------------------------------------------------------
     def _on_signal(self, signum: int) -> None:
-        self.signals += 1
         name = signal.Signals(signum).name
-        if self.signals == 1:
+        if not self.requests.note(signum):
+            # `timeout` signals us and then our process group: one request, delivered twice.
             log.warning(
-                "%s: stopping; in-flight items get %.0fs to finish (again to exit at once)", name, self.options.grace
+                "%s again within %.0fs: taken as the same request (sent to this process and to its group); "
+                "send it again later to exit at once",
+                name,
+                ECHO_WINDOW,
+            )
+            return
+        waiting = self._stop_budget is not None and self._stop_budget.waiting
+        if self.stopping and (self.storage_failing or waiting):
+            # The stop waits on storage that fails (or on a call still in flight): the operator
+            # does not want to wait out its retry window.
+            self._stop_waiting_for_storage(name)
+        if self.requests.count == 1 and not self.stopping:
+            log.warning(
+                "%s: stopping; in-flight items get %.0fs to finish (send it again, a second or more later, "
+                "to exit at once)",
+                name,
+                self.options.grace,
             )
             self._finish(ExitCode.STOPPED, f"stopped by {name}")
+        elif self.requests.count == 1:
+            log.warning("%s: the fleet is stopping already (again to exit at once)", name)
         else:
-            self.result = (ExitCode.INTERRUPTED, f"interrupted by a second {name}")
-            self._signal_children(signal.SIGTERM)  # their second signal: exit at once
+            reason = f"interrupted by a second {name}"
+            if self.result is not None and self.result[0] not in (ExitCode.STOPPED, ExitCode.INTERRUPTED):
+                reason += f" while stopping because {self.result[1]}"
+            self.result = (ExitCode.INTERRUPTED, reason)
+            self._hurry_children()
             self._wakeup.set()
+
+    def _hurry_children(self) -> None:
+        """Tell every child to exit at once (its second SIGTERM); what it held is then no item's fault."""
+        for child in self.children.values():
+            child.stopped_by_us = True
+        self._signal_children(signal.SIGTERM)
+
+    def _stop_waiting_for_storage(self, name: str) -> None:
+        """A signal while the fleet stops waiting on storage: wait for it no longer, and say so."""
+        log.warning(
+            "%s: storage is failing; not waiting for it any longer (worker processes exit at once; "
+            "claims not given back come back when their leases expire)",
+            name,
+        )
+        self.gave_up_on_storage = name
+        for budget in (self._stop_budget, self._child_budget):
+            if budget is not None:
+                budget.cut()
+        self._hurry_children()
+        self._wakeup.set()
 
     # -- periodic work ------------------------------------------------------
     async def _reap_gone(self) -> None:
@@ -676,24 +682,35 @@ class Supervisor:
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 handled.append(sig)
         try:
-            await self._loop()
-        except Exception as exc:
-            # Never a silent exit: whatever escaped the loop is the run's reason, in the report.
-            log.exception("the supervisor failed")
-            self.result = (ExitCode.FAILURE, f"the supervisor failed: {type(exc).__name__}: {exc}")
+            try:
+                await self._loop()
+            except Exception as exc:
+                # Never a silent exit: whatever escaped the loop is the run's reason, in the report.
+                log.exception("the supervisor failed")
+                self.result = (ExitCode.FAILURE, f"the supervisor failed: {type(exc).__name__}: {exc}")
+            finally:
+                if self.children:  # only after a second signal or a stuck drain
+                    for child in self.children.values():
+                        child.stopped_by_us = True  # killed by us: no item is to blame
+                    self._signal_children(signal.SIGKILL)
+                    for child in list(self.children.values()):
+                        with contextlib.suppress(Exception):
+                            child.proc.wait(timeout=2.0)
+                    await self._reap_children()
+            await self._read_final_stats()
         finally:
+            # Only now: a signal during the stop's storage calls above still cuts them short.
             for sig in handled:
                 loop.remove_signal_handler(sig)
-            if self.children:  # only after a second signal or a stuck drain
-                self._signal_children(signal.SIGKILL)
-                for child in list(self.children.values()):
-                    with contextlib.suppress(Exception):
-                        child.proc.wait(timeout=2.0)
-                await self._reap_children()
-        if not self.storage_failures:  # a store that is failing is not asked once more
-            with contextlib.suppress(Exception):
-                self.stats = await self.pool.stats()  # the final progress line shows the pool as it ended
         return self._report()
+
+    async def _read_final_stats(self) -> None:
+        """The pool as the run ended, for the final progress line; a failing store is not asked once more."""
+        if self.storage_failing:
+            return
+        budget = self._stop_budget or WaitBudget(self.window, "the fleet's stop")
+        with contextlib.suppress(Exception):
+            self.stats = await budget.call("reading the pool's final counts", self.pool.stats())
 
     async def _loop(self) -> None:
         next_stats = next_reap = next_progress = next_gone = 0.0
@@ -710,7 +727,9 @@ class Supervisor:
                 if not self.children:
                     return
                 if now > self._stop_deadline:
-                    log.error("worker processes did not stop within grace + 10s; killing them")
+                    log.error(
+                        "worker processes did not stop within grace + the storage's retry window + 10s; killing them"
+                    )
                     return
                 continue
             if now >= next_stats or (self._ran_dry and now >= self._early_read_at):
@@ -719,7 +738,7 @@ class Supervisor:
                     before = self.stats
                     self.stats = await self.pool.stats()
                 except WorkhiveError as exc:
-                    next_stats = now + self._storage_fault(exc)
+                    next_stats = now + self._storage_fault(exc, now)
                     continue
                 else:
                     read_at, last_read_at = time.monotonic(), self._stats_read_at
@@ -734,6 +753,7 @@ class Supervisor:
                     self._early_read_at = read_at + max(TICK, RAN_DRY_COST_FACTOR * (read_at - now))
                     if self._baseline is None:
                         self._baseline = self.stats
+                    self.storage_failing = False
                     if self.storage_failures:
                         log.warning("storage answers again after %d failed reads", self.storage_failures)
                         self.storage_failures = 0
@@ -768,22 +788,30 @@ class Supervisor:
         except WorkhiveError as exc:  # a missed sample is not worth stopping the fleet for
             log.debug("sampling metrics failed: %s", exc)
 
-    def _storage_fault(self, exc: WorkhiveError) -> float:
-        """One failed statistics read: warn once, back off, and give up after a bounded number in a row.
+    def _storage_fault(self, exc: WorkhiveError, started: float) -> float:
+        """One failed statistics read (begun at ``started``): warn once, back off, give up on a fault that lasts.
 
         A corrupt database does not heal: the run ends at once. Anything else (a full disk, a
-        locked or unreachable store) is retried ``MAX_STORAGE_FAILURES`` times with doubling
-        pauses (about half a minute in all) before the run ends with the reason. Returns the
+        locked or unreachable store) is retried with doubling pauses, and the run ends with the
+        reason after ``MAX_STORAGE_FAILURES`` failures in a row, or sooner once the reads have
+        kept failing for longer than the storage's retry window: each read of a backend that
+        reconnects on its own (``?retry_for=``) failed only after retrying that long, so eight of
+        them would make minutes of an outage the URL says to wait out for seconds. Returns the
         seconds until the next try.
         """
         self.storage_failures += 1
+        self.storage_failing = True
+        if self.storage_failures == 1:
+            self._failing_since = started
+        failing_for = time.monotonic() - self._failing_since
         if isinstance(exc, StorageCorrupt):
             self._finish(ExitCode.FAILURE, f"storage is corrupt: {exc}")
             return STATS_EVERY
-        if self.storage_failures >= MAX_STORAGE_FAILURES:
+        if self.storage_failures >= MAX_STORAGE_FAILURES or (self.storage_failures >= 2 and failing_for >= self.window):
             self._finish(
                 ExitCode.FAILURE,
-                f"storage kept failing ({self.storage_failures} reads in a row): {type(exc).__name__}: {exc}",
+                f"storage kept failing ({self.storage_failures} reads in a row, for {failing_for:.0f}s; its retry "
+                f"window is {self.window:g}s): {type(exc).__name__}: {exc}",
             )
             return STATS_EVERY
         pause = min(STORAGE_RETRY_MAX, STATS_EVERY * 2**self.storage_failures)
@@ -799,13 +827,16 @@ class Supervisor:
         code, reason = (
             self.result if self.result is not None else (ExitCode.FAILURE, "the supervisor stopped unexpectedly")
         )
+        # Say what storage now holds: what was put back, and what (if anything) waits for its lease.
+        after = self.aftermath
         if code == ExitCode.INTERRUPTED:
-            # Say what storage now holds: what was put back, and what (if anything) waits for its lease.
-            reason += f"; {self.put_back} in-flight or claimed item(s) put back without spending an attempt"
-            if self.left_to_expire:
-                reason += (
-                    f"; the claims of {self.left_to_expire} worker(s) could not be released and expire with their lease"
-                )
+            reason += f"; {after.put_back} in-flight or claimed item(s) put back without spending an attempt"
+        if self.gave_up_on_storage is not None:
+            reason += f"; stopped waiting for storage on {self.gave_up_on_storage}"
+        if after.left_to_expire:
+            reason += (
+                f"; the claims of {after.left_to_expire} worker(s) could not be released and expire with their lease"
+            )
         with contextlib.suppress(Exception):
             self._progress(final=True)
         return FleetReport(
@@ -817,7 +848,7 @@ class Supervisor:
             rate_limited=dict(self.tally.rate_limited),
             disabled_credentials=dict(self.tally.disabled),
             workers_started=self.tally.workers_started,
-            workers_lost=self.tally.workers_lost + self.reaped + self.lost_with_process,
+            workers_lost=self.tally.workers_lost + self.reaped + after.lost_with_process,
             processes_replaced=self.replaced,
             elapsed=time.monotonic() - self.started,
             exit_code=code,

@@ -15,6 +15,10 @@ returns a result       ``complete`` (batched through ``complete_many``)
                        (without credentials: ``fail``)
 ``Permanent``          ``fail(poison=True)``
 any other exception    ``fail`` with the hive's backoff
+``SystemExit``,        ``fail`` with the hive's backoff (the item ended its
+``KeyboardInterrupt``  process: it spends its attempt, and is poisoned after
+(any BaseException     ``max_attempts``); then the process stops and the
+but cancellation)      supervisor replaces it
 =====================  ====================================================
 
 ``LeaseLost`` from any of those means another claim owns the item now (our
@@ -544,6 +548,10 @@ class Worker:
                         rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
             except Exception as exc:
                 await self._settle(item, exc, None, credential, reservation)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt…: the handler ends its process
+                await self._ended_process(item, exc)
             else:
                 await self._settle(item, None, result, credential, reservation)
         finally:
@@ -621,22 +629,38 @@ class Worker:
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
                 rt.executor, self._call_in_thread, items, start
             )
-        escaped: BaseException | None = None
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
                 rt.metrics.observe_handler(rt.pool.name, elapsed)
             if inspect.isawaitable(result):  # a plain function that returned a coroutine: await it here
                 try:
                     result = await result
-                except Exception as raised:
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as raised:
                     exc, result = raised, None
             if exc is not None and not isinstance(exc, Exception):
-                escaped = exc  # KeyboardInterrupt, SystemExit…: after the items before it are settled
+                # SystemExit, KeyboardInterrupt…: the handler ends its process. It is the last item
+                # of the trip (the thread stops at an exception), after the ones before it settled.
+                await self._ended_process(item, exc)
                 break
             await self._settle(item, exc, result)  # type: ignore[arg-type]
-        if escaped is not None:
-            raise escaped
         return len(ran)
+
+    async def _ended_process(self, item: WorkItem, exc: BaseException) -> None:
+        """The handler raised what ends a process (``SystemExit``, ``KeyboardInterrupt``…) running ``item``.
+
+        The item is known to be the one, so it spends its attempt here, as an item
+        that killed its process running alone would, and is poisoned after
+        ``max_attempts``; its error says how the process ended (scrubbed, like every
+        stored error). Then the process stops, first, so that nothing new starts:
+        the other items in flight finish or go back unspent, and the supervisor
+        starts a replacement.
+        """
+        detail = str(exc)
+        text = f"its worker process exited with {type(exc).__name__}" + (f": {detail}" if detail else "")
+        self.rt.handler_ended_process(f"the handler raised {type(exc).__name__} on item {item.id}")
+        await self._fail(item, text)
 
     def _call_in_thread(
         self, items: list[WorkItem], start: int
