@@ -226,7 +226,7 @@ class Drill:
                 raise Abandon("; ".join(h.describe(bound) for h in self.watcher.held.values()))
             if self.watcher.remaining != 0 and self.watcher.stalled_for() > self.stall:
                 raise Abandon(
-                    f"nothing moved in the pool for {self.watcher.stalled_for():.0f}s while waiting for {what} "
+                    f"no item finished for {self.watcher.stalled_for():.0f}s while waiting for {what} "
                     f"({self.watcher.remaining} item(s) left)"
                 )
             if time.monotonic() - started > cap:
@@ -297,9 +297,12 @@ class Drill:
                     except WorkhiveError as exc:
                         raise Abandon(f"pushing a wave of items failed: {type(exc).__name__}: {exc}") from exc
                     threshold = before + int(share * len(items))
+
+                    def reached(t: int = threshold) -> bool:
+                        return self.watcher.finished >= t or self.watcher.remaining <= 1
+
                     self.wait_until(
-                        lambda t=threshold: self.watcher.finished >= t  # type: ignore[union-attr]
-                        or self.watcher.remaining <= 1,  # type: ignore[union-attr]
+                        reached,
                         f"{threshold} items finished before fault {name}",
                     )
                     faults[name](self)

@@ -103,6 +103,6 @@ async def latch(ctx: Any) -> dict[str, Any]:
     """
     path = os.environ["WORKHIVE_FAULTS_LATCH"]
     # The file is written by the test process: there is no event to wait on across processes.
-    while not os.path.exists(path):  # noqa: ASYNC110
+    while not os.path.exists(path):  # noqa: ASYNC110, ASYNC240
         await asyncio.sleep(0.05)
     return {"token": ctx.item.token, "digest": expected_result(ctx.item.id, ctx.item.token, ctx.data)}

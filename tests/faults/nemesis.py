@@ -29,9 +29,7 @@ from .servers import PrivatePostgres, PrivateRedis
 __all__ = ["FAULTS", "schedule"]
 
 
-def schedule(
-    kinds: list[str], rng: random.Random, repeat: int, first: tuple[str, ...] = ()
-) -> list[tuple[float, str]]:
+def schedule(kinds: list[str], rng: random.Random, repeat: int, first: tuple[str, ...] = ()) -> list[tuple[float, str]]:
     """``first``, then each of ``kinds`` ``repeat`` times in a random order, each when a random
     share (10-60%) of the wave of items pushed before it has finished."""
     names = [k for k in kinds for _ in range(repeat)]
@@ -175,8 +173,7 @@ def outage(drill: Drill) -> None:
         drill.outputs += [(f"{run.name} stdout", run.stdout()), (f"{run.name} stderr", run.stderr())]
         if run.returncode != 1:
             drill.problems.append(
-                f"[give up] {run.name} exited {run.returncode} after its storage died, expected 1; "
-                f"stderr: {run.tail()}"
+                f"[give up] {run.name} exited {run.returncode} after its storage died, expected 1; stderr: {run.tail()}"
             )
         report = run.report()
         if report is not None:
@@ -239,7 +236,7 @@ def short_lived(drill: Drill) -> None:
     The items they push join the scenario (each opens a second handle in its worker:
     ``second_handle``), so a push that the store loses is a lost item.
     """
-    procs = []
+    procs: list[tuple[subprocess.Popen[str], str | None, str]] = []
     for k in range(3):
         lines = "".join(json.dumps({"n": 100_000 + 10 * len(drill.pushed) + k * 3 + j, "fault": "second_handle"}) + "\n"
                         for j in range(3))  # fmt: skip
@@ -254,9 +251,9 @@ def short_lived(drill: Drill) -> None:
         )  # fmt: skip
         procs.append((push, lines, "push"))
         procs.append((status, None, "status"))
-    for proc, lines, what in procs:
+    for proc, given, what in procs:
         try:
-            out, err = proc.communicate(input=lines, timeout=300)
+            out, err = proc.communicate(input=given, timeout=300)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
@@ -264,9 +261,9 @@ def short_lived(drill: Drill) -> None:
         if proc.returncode != 0:
             drill.problems.append(f"[short-lived] `workhive {what}` exited {proc.returncode}: {err[-800:]}")
             continue
-        if what == "push":
+        if what == "push" and given is not None:
             ids = json.loads(out)["ids"]
-            data = [json.loads(line) for line in lines.splitlines()]
+            data = [json.loads(line) for line in given.splitlines()]
             drill.pushed.update(zip(ids, data))
 
 

@@ -24,7 +24,7 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 __all__ = ["FaultProxy"]
@@ -98,7 +98,7 @@ class FaultProxy:
         """Forward normally again (half-open connections stay dead; new ones pass)."""
         self._call(self._set, flowing=True, delay=0.0, half_open=False)
 
-    def _call(self, fn: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
+    def _call(self, fn: Callable[..., Coroutine[Any, Any, Any]], **kwargs: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(fn(**kwargs), self._loop).result(timeout=60)
 
     # -- the loop's side --------------------------------------------------------------------

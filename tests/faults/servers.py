@@ -167,7 +167,7 @@ class PrivatePostgres:
             raise RuntimeError(f"initdb failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
     def start(self) -> None:
-        log = open(self.directory / "postgres.log", "ab")  # noqa: SIM115 - the server keeps it
+        log = open(self.directory / "postgres.log", "ab")  # the server writes its log there
         try:
             # fsync stays off: the faults here kill processes, not the machine, so the page
             # cache survives every kill and the files are as durable as the test needs.

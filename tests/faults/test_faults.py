@@ -77,12 +77,12 @@ def _run(
     settings: FleetSettings | None = None,
     extra_env: dict[str, str] | None = None,
     first: tuple[str, ...] = (),
-    **fault_items: int,
+    fault_items: dict[str, int] | None = None,
 ) -> None:
     rng = random.Random(seed)
     drill = Drill(target, scenario, profile, rng, settings or FleetSettings(), extra_env=extra_env or {})
     print(f"\n{target.engine}/{scenario}: WORKHIVE_FAULTS_SEED={seed} profile={profile.name}")
-    items = Items(profile, seed, **fault_items)
+    items = Items(profile, seed, **(fault_items or {}))
     drill.push(items.first())
     plan = schedule(kinds, rng, profile.faults, first)
     if plan:
@@ -104,10 +104,8 @@ def test_handlers_that_raise_exit_and_crash(target: Target, profile: Profile, se
     """Handlers that raise, SystemExit, os._exit, SIGKILL themselves and segfault are poisoned with a reason."""
     settings = FleetSettings(max_attempts=2)
     each = profile.faults
-    _run(
-        target, "handlers", profile, seed, [], settings=settings,
-        **{"raise": each, "exit": each, "os_exit": each, "signal": each, "segv": each},
-    )  # fmt: skip
+    faults: dict[str, int] = {"raise": each, "exit": each, "os_exit": each, "signal": each, "segv": each}
+    _run(target, "handlers", profile, seed, [], settings=settings, fault_items=faults)
 
 
 @engines("postgres", "redis")
@@ -129,7 +127,7 @@ def test_second_handles_and_short_lived_processes(target: Target, profile: Profi
     kinds = ["short_lived", "short_lived", "gap_short_lived", "worker_kill"]
     _run(
         target, "handles", profile, seed, kinds, first=("two_handles", "two_handles"),
-        second_handle=max(10, profile.items // 4),
+        fault_items={"second_handle": max(10, profile.items // 4)},
     )  # fmt: skip
 
 

@@ -10,8 +10,9 @@ pool open on purpose) may be held longer. Time the watcher is ``paused`` (no
 fleet runs, or the server is down on purpose until the fleet gives up) does not
 count: every claim's clock starts again when it resumes.
 
-``last_change`` is when the pool last moved (counts, or the set of claims):
-a run with items left that has not moved for ``stall`` seconds will not end.
+``last_change`` is when an item last finished (DONE or POISONED): a run with
+items left in which none has finished for ``stall`` seconds will not end, even
+if claims keep changing hands (attempts refunded forever).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Watcher:
         self.failed_samples = 0
         self.last_change = time.monotonic()
         self._first_seen: dict[tuple[str, int], float] = {}
-        self._signature: object = None
+        self._finished_before = -1
         self._paused = 1  # until the first fleet starts (``resume``)
         self._hive: workhive.Hive | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,15 +175,11 @@ class Watcher:
         claimed = await pool.items(ItemState.CLAIMED, limit=100_000)
         now = time.monotonic()
         self.samples += 1
-        signature = (
-            stats.pending, stats.delayed, stats.claimed, stats.done, stats.poisoned,
-            frozenset((i.id, i.token) for i in claimed),
-        )  # fmt: skip
         with self._lock:
             self.finished = stats.done + stats.poisoned
             self.remaining = stats.pending + stats.delayed + stats.claimed
-            if signature != self._signature:
-                self._signature = signature
+            if self.finished != self._finished_before:
+                self._finished_before = self.finished
                 self.last_change = now
             if self._paused:
                 self._first_seen.clear()
