@@ -255,6 +255,20 @@ class Drill:
                         f"{stored} {field} item(s) during the run"
                     )
 
+    def replace_dead_run(self) -> None:
+        """A run that ended by itself while faults were still to come is a problem; a new one carries on."""
+        run = self.current
+        if run.running():
+            return
+        with self.watcher.paused():
+            self.wait_orphans(run)
+            self.outputs += [(f"{run.name} stdout", run.stdout()), (f"{run.name} stderr", run.stderr())]
+            self.problems.append(
+                f"[died] {run.name} exited {run.returncode} while the pool was held open (faults to come), "
+                f"report {run.report()}; stderr: {run.tail()}"
+            )
+            self.start_fleet()
+
     def wait_orphans(self, run: FleetRun) -> None:
         """The worker processes of a run whose supervisor died must drain and exit by themselves."""
         bound = self.settings.grace + 60.0
@@ -299,6 +313,7 @@ class Drill:
                     threshold = before + int(share * len(items))
 
                     def reached(t: int = threshold) -> bool:
+                        self.replace_dead_run()
                         return self.watcher.finished >= t or self.watcher.remaining <= 1
 
                     self.wait_until(

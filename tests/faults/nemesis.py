@@ -79,7 +79,7 @@ def worker_stop(drill: Drill) -> None:
 def supervisor_stop(drill: Drill) -> None:
     """SIGSTOP the supervisor (no reaping, no restarts, events pile up), then SIGCONT it."""
     run = drill.current
-    run.workers()
+    _a_worker(drill)
     run.signal(signal.SIGSTOP)
     try:
         time.sleep(drill.rng.uniform(0.5, 1.2) * drill.settings.reap_after)
@@ -93,7 +93,7 @@ def supervisor_kill(drill: Drill, between: Callable[[Drill], None] | None = None
     ``between`` runs once the old fleet is gone and before the new one starts.
     """
     run = drill.current
-    run.workers()
+    _a_worker(drill)  # so that its workers are known, and seen to drain
     run.signal(signal.SIGKILL)
     run.wait(timeout=60)
     run.ended_by = "supervisor SIGKILL"
@@ -113,7 +113,7 @@ def group_term(drill: Drill) -> None:
     is put back, exit status 0 with a report that agrees with the store.
     """
     run = drill.current
-    run.workers()
+    _a_worker(drill)  # the supervisor handles signals once it starts workers; before, SIGTERM just ends it
     run.signal_group(signal.SIGTERM)
     run.ended_by = "group SIGTERM"
     assert drill.watcher is not None
