@@ -61,6 +61,8 @@ class FleetRun:
     workers_seen: set[int] = attrs.field(factory=set)
     #: the store's counts when the run started, what its report is checked against
     baseline: Any = None
+    #: a worker process of this run was killed, stopped or reaped by the nemesis
+    faulted: bool = False
 
     @classmethod
     def start(cls, args: list[str], cwd: Path, env: dict[str, str], name: str) -> FleetRun:

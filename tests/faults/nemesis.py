@@ -61,6 +61,7 @@ def worker_kill(drill: Drill) -> None:
     """SIGKILL one worker process: its claims must come back, no completion of it may win later."""
     pid = _a_worker(drill)
     if pid is not None:
+        drill.current.faulted = True
         _send(pid, signal.SIGKILL)
 
 
@@ -69,6 +70,7 @@ def worker_stop(drill: Drill) -> None:
     pid = _a_worker(drill)
     if pid is None:
         return
+    drill.current.faulted = True
     _send(pid, signal.SIGSTOP)
     try:
         time.sleep(drill.rng.uniform(0.6, 1.8) * drill.settings.lease)
@@ -80,6 +82,7 @@ def supervisor_stop(drill: Drill) -> None:
     """SIGSTOP the supervisor (no reaping, no restarts, events pile up), then SIGCONT it."""
     run = drill.current
     _a_worker(drill)
+    run.faulted = True  # its workers may be reaped meanwhile
     run.signal(signal.SIGSTOP)
     try:
         time.sleep(drill.rng.uniform(0.5, 1.2) * drill.settings.reap_after)
@@ -126,6 +129,14 @@ def group_term(drill: Drill) -> None:
     with drill.watcher.paused():
         drill.wait_orphans(run)
         drill.settle_run(run, 0, "SIGTERM sent to its whole process group")
+        report = run.report()
+        if report is not None and not run.faulted and report.get("workers_lost"):
+            # Nothing else touched this run's workers: one that did not stop cleanly took the
+            # group's signal and the supervisor's as two (exit at once, no grace for its items).
+            drill.problems.append(
+                f"[group signal] {run.name}: {report['workers_lost']} worker(s) died instead of stopping after "
+                f"one SIGTERM to the group (report {report}); stderr: {run.tail()}"
+            )
         drill.start_fleet()
 
 
