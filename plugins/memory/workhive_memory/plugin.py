@@ -14,7 +14,7 @@ __all__ = ["workhive_locks", "workhive_storage"]
 
 
 def _open(url: str, **options: Any) -> Any:
-    from workhive_memory.storage import MemoryStorage
+    from workhive_memory.backend import MemoryStorage
 
     return MemoryStorage(url, **options)
 
