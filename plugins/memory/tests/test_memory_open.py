@@ -7,7 +7,7 @@ import pytest
 import workhive
 from workhive.errors import ConfigError, HiveNotFound
 from workhive_memory.backend import MemoryStorage
-from workhive_memory.url import parse_memory_url
+from workhive_memory.url import parse_url
 
 
 @pytest.mark.parametrize(
@@ -19,8 +19,8 @@ def test_malformed_urls_are_config_errors(url: object) -> None:
 
 
 def test_url_names() -> None:
-    assert parse_memory_url("memory://") is None
-    assert parse_memory_url("memory://team.a_1-b") == "team.a_1-b"
+    assert parse_url("memory://") is None
+    assert parse_url("memory://team.a_1-b") == "team.a_1-b"
 
 
 def test_the_plugin_is_found_by_scheme_with_its_lock_provider() -> None:

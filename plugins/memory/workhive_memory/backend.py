@@ -41,7 +41,7 @@ from workhive.models import (
 )
 from workhive_memory.budget import MemoryBudgets
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
-from workhive_memory.url import parse_memory_url
+from workhive_memory.url import parse_url
 
 __all__ = ["MemoryStorage"]
 
@@ -83,7 +83,7 @@ class MemoryStorage(MemoryBudgets):
     def __init__(
         self, url: str = "memory://", *, clock: Callable[[], float] | None = None, create: bool = True
     ) -> None:
-        name = parse_memory_url(url)
+        name = parse_url(url)
         if clock is not None and not callable(clock):
             raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
         if not create and (name is None or name not in _named):

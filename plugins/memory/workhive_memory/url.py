@@ -1,10 +1,10 @@
 """The ``memory://`` URL forms: ``memory://`` is private, ``memory://NAME`` is shared within the process.
 
-``parse_memory_url`` reads a storage URL, ``parse_lock_url`` a lock URL;
+``parse_url`` reads a storage URL, ``parse_lock_url`` a lock URL;
 both return the NAME (``None`` for a private store) or raise ``ConfigError``,
 showing the URL only redacted.
 
->>> parse_memory_url("memory://tests"), parse_lock_url("memory:tests")
+>>> parse_url("memory://tests"), parse_lock_url("memory:tests")
 ('tests', 'tests')
 """
 
@@ -15,15 +15,15 @@ import re
 from workhive.errors import ConfigError
 from workhive.urls import redact_url
 
-__all__ = ["parse_lock_url", "parse_memory_url"]
+__all__ = ["parse_lock_url", "parse_url"]
 
 _URL = re.compile(r"memory://([A-Za-z0-9][A-Za-z0-9._\-]{0,199})?")
 
 
-def parse_memory_url(url: object) -> str | None:
+def parse_url(url: object) -> str | None:
     """The store name in ``memory://name`` (None for a private ``memory://``), or ConfigError.
 
-    >>> parse_memory_url("memory://tests"), parse_memory_url("memory://")
+    >>> parse_url("memory://tests"), parse_url("memory://")
     ('tests', None)
     """
     match = _URL.fullmatch(url) if isinstance(url, str) else None
