@@ -51,10 +51,14 @@ def test_a_schema_keeps_its_statements_in_files_shipped_with_the_package(engine:
     package = _package(engine)
     if not (package / "schema.py").exists():
         pytest.skip(f"{engine} has no schema")
+    pyproject = (PLUGINS / engine / "pyproject.toml").read_text(encoding="utf-8")
+    if (package / "luafiles.py").exists():  # scripts, one file per command
+        assert sorted(package.glob("lua/*.lua")), f"{engine}'s schema has no lua/*.lua"
+        assert '"lua/*.lua"' in pyproject, f"{engine}'s pyproject.toml does not ship its scripts"
+        return
     migrations = sorted(p.name for p in (package / "sql" / "migrations").glob("*.sql"))
     assert migrations, f"{engine}'s schema has no sql/migrations/NNNN_*.sql"
     assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", name) for name in migrations), migrations
-    pyproject = (PLUGINS / engine / "pyproject.toml").read_text(encoding="utf-8")
     assert '"sql/migrations/*.sql"' in pyproject, f"{engine}'s pyproject.toml does not ship its migrations"
 
 
