@@ -161,7 +161,7 @@ def open(
     manager = manager if manager is not None else default_manager()
     if isinstance(storage, str):
         plugin = manager.get("storage", scheme_of(storage))
-        backend = plugin.factory(storage, **options)
+        backend = plugin.open(storage, **options)  # refuses options the plugin does not declare (F1)
         url: str | None = storage
     else:
         backend, url = storage, None

@@ -52,9 +52,12 @@ def workhive_storage() -> StoragePlugin | Iterable[StoragePlugin]:
                 factory=_open,
                 description="Items in MyStore",
                 schemes=("mystore", "mystores"),
+                options=("clock", "create"),  # what _open takes: others are a ConfigError
             )
 
-    ``workhive.open("mystore://host/db")`` then calls ``_open`` with that URL.
+    ``workhive.open("mystore://host/db")`` then calls ``_open`` with that URL;
+    ``workhive.open("mystore://host/db", creat=False)`` raises ``ConfigError``
+    naming ``creat`` before ``_open`` runs.
     """
 
 

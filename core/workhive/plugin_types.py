@@ -13,7 +13,8 @@ from typing import Any
 
 import attrs
 
-from workhive.errors import PluginValidationError
+from workhive.errors import ConfigError, PluginValidationError
+from workhive.urls import redact_url
 
 __all__ = ["BackoffPlugin", "CredentialsPlugin", "LocksPlugin", "StoragePlugin", "PLUGIN_KINDS"]
 
@@ -60,14 +61,54 @@ class _SchemedPlugin:
         return (self.name, *[s for s in self.schemes if s != self.name])
 
 
+def _option_names(value: Iterable[str] | None) -> tuple[str, ...] | None:
+    # A typed converter, like ``_schemes``: one name alone is one option, not its letters.
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check_options(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...] | None) -> None:
+    for option in value or ():
+        if not isinstance(option, str) or not option.isidentifier():
+            raise PluginValidationError(
+                f"{type(instance).__name__}.{attribute.name} must name keyword arguments, got {option!r}"
+            )
+
+
 @attrs.frozen
 class StoragePlugin(_SchemedPlugin):
     """Provides a storage backend.
 
     ``factory(url, **options)`` gets the full URL (``sqlite:///x.db?synchronous=full``)
     and returns an unopened ``StorageBackend``. ``schemes`` are the URL schemes
-    it answers to (default: its name).
+    it answers to (default: its name). ``options`` names the keyword options
+    the factory takes (``("clock", "create")``): ``open`` refuses any other
+    with a ``ConfigError`` before the factory runs (rule F1), so no plugin
+    repeats that check; ``None`` leaves it to the factory.
+
+    >>> plugin = StoragePlugin(name="mystore", factory=lambda url, **kw: url, options=("create",))
+    >>> plugin.open("mystore://", create=False)
+    'mystore://'
     """
+
+    options: tuple[str, ...] | None = attrs.field(default=None, converter=_option_names, validator=_check_options)
+
+    def open(self, url: str, **options: Any) -> Any:
+        """Return ``factory(url, **options)``; an option not in ``self.options`` is a ``ConfigError`` naming it."""
+        if self.options is not None:
+            unknown = sorted(set(options) - set(self.options))
+            if unknown:
+                # Shown redacted: the URL may carry a password (rule: no secret in any text workhive emits).
+                accepted = ", ".join(f"{name}=" for name in self.options) or "no options"
+                raise ConfigError(
+                    f"{self.name} storage does not take the option(s) {', '.join(unknown)}; it accepts "
+                    f"{accepted} (settings of the store itself go in the URL's query)",
+                    url=redact_url(url),
+                    unknown=unknown,
+                    accepted=list(self.options),
+                )
+        return self.factory(url, **options)
 
 
 @attrs.frozen

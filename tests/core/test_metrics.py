@@ -29,7 +29,7 @@ def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.mark.asyncio
 async def test_counters_and_sampled_gauges_match_storage() -> None:
-    memory = pytest.importorskip("workhive_memory.storage", reason="needs workhive-memory (the all-* envs have it)")
+    memory = pytest.importorskip("workhive_memory", reason="needs workhive-memory (the all-* envs have it)")
     manager = PluginManager(entry_points=False, extra=[("metrics", metrics.MetricsPlugin())])
     async with workhive.Hive(memory.MemoryStorage(), manager=manager, max_attempts=1) as hive:
         pool = hive.pool("metrics-a")

@@ -22,7 +22,7 @@ from workhive.testing.clock import ManualClock
 
 pytest.importorskip("workhive_memory")
 pytest.importorskip("workhive_env_credentials")
-from workhive_memory.storage import MemoryStorage
+from workhive_memory import MemoryStorage
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from workhive.testing import ManualClock, StorageContract, StorageStatefulContract
-from workhive_memory.storage import MemoryStorage
+from workhive_memory.backend import MemoryStorage
 
 
 def _url(tmp_path: pathlib.Path) -> str:
@@ -35,7 +35,7 @@ class TestMemoryStatefulContract(StorageStatefulContract):
         return MemoryStorage(_url(tmp_path), clock=clock)
 
 
-class TestMemoryServerClockModel(StorageStatefulContract):
+class TestMemoryServerClockStatefulContract(StorageStatefulContract):
     """The model test as a server backend runs it: the clock keeps running, the suite only adds an offset.
 
     A server backend reads its server's time and adds ``clock_offset()``; this

@@ -16,7 +16,7 @@ from workhive.testing.locks import LockContract
 from workhive_memory.locks import MemoryLocks
 
 
-class TestMemoryLocks(LockContract):
+class TestMemoryLockContract(LockContract):
     # Providers made for the same tmp_path share the named store memory://<hash>.
     persistent_tokens = True
 

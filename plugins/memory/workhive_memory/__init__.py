@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workhive_memory.storage import MemoryStorage
+    from workhive_memory.backend import MemoryStorage
 
 __all__ = ["MemoryStorage"]
 
@@ -21,7 +21,7 @@ __all__ = ["MemoryStorage"]
 def __getattr__(name: str) -> Any:
     # Lazy, so that loading the plugin (entry point) stays cheap.
     if name == "MemoryStorage":
-        from workhive_memory.storage import MemoryStorage
+        from workhive_memory.backend import MemoryStorage
 
         return MemoryStorage
     raise AttributeError(f"module 'workhive_memory' has no attribute {name!r}")

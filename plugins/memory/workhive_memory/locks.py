@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from workhive.errors import ConfigError, LockNotHeld, LockSystemError
+from workhive.errors import LockNotHeld, LockSystemError
 from workhive.locks import (
     HeldLock,
     LockHolder,
@@ -31,6 +31,7 @@ from workhive.locks import (
     report_overdue,
 )
 from workhive.urls import redact_url
+from workhive_memory.url import parse_lock_url
 
 __all__ = ["MemoryLocks"]
 
@@ -69,16 +70,8 @@ _named_mutex = threading.Lock()
 
 
 def _store_for(url: str) -> _Store:
-    shown = redact_url(url)  # a URL mistyped with a user:password@ in it is never echoed whole
-    if not isinstance(url, str) or not url.lower().startswith("memory:"):
-        raise ConfigError(f"lock URL {shown!r} is not a memory URL: write memory:// or memory://NAME", url=shown)
-    rest = url[len("memory:") :]
-    name = rest[2:] if rest.startswith("//") else rest
-    if "?" in name or "#" in name or "/" in name:
-        raise ConfigError(
-            f"lock URL {shown!r} is malformed: write memory:// or memory://NAME (no path, no options)", url=shown
-        )
-    if not name:
+    name = parse_lock_url(url)
+    if name is None:
         return _Store()
     with _named_mutex:
         return _named.setdefault(name, _Store())

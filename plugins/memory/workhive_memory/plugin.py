@@ -14,16 +14,8 @@ __all__ = ["workhive_locks", "workhive_storage"]
 
 
 def _open(url: str, **options: Any) -> Any:
-    from workhive.errors import ConfigError
-    from workhive.urls import redact_url
-    from workhive_memory.storage import MemoryStorage
+    from workhive_memory.backend import MemoryStorage
 
-    unknown = sorted(set(options) - {"clock", "create"})
-    if unknown:
-        raise ConfigError(
-            f"memory storage does not take the option(s) {', '.join(unknown)}; it accepts clock= and create=",
-            url=redact_url(url),
-        )
     return MemoryStorage(url, **options)
 
 
@@ -40,6 +32,7 @@ def workhive_storage() -> StoragePlugin:
         factory=_open,
         description="in process memory (tests, notebooks, one process); memory://NAME shares a store",
         schemes=("memory",),
+        options=("clock", "create"),
     )
 
 

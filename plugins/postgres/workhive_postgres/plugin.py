@@ -18,15 +18,8 @@ __all__ = ["workhive_locks", "workhive_storage"]
 
 
 def _open(url: str, **options: Any) -> PostgresStorage:
-    from workhive.errors import ConfigError
     from workhive_postgres.backend import PostgresStorage
 
-    unknown = sorted(set(options) - {"create", "clock_offset", "backoff"})
-    if unknown:
-        raise ConfigError(
-            f"PostgreSQL storage does not take the option(s) {', '.join(unknown)}; it accepts create=, "
-            "clock_offset= and backoff="
-        )
     return PostgresStorage(url, **options)
 
 
@@ -44,6 +37,7 @@ def workhive_storage() -> StoragePlugin:
         description="PostgreSQL schema (SKIP LOCKED claims, LISTEN/NOTIFY), for fleets across machines",
         # ignore: mypy cannot see through attrs' `converter=tuple` in the core descriptor.
         schemes=("postgresql", "postgres"),  # type: ignore[arg-type]
+        options=("create", "clock_offset", "backoff"),
     )
 
 

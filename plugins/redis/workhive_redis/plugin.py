@@ -13,21 +13,10 @@ from workhive.plugin_types import LocksPlugin, StoragePlugin
 
 __all__ = ["workhive_locks", "workhive_storage"]
 
-_STORAGE_OPTIONS = ("clock_offset", "create", "clock")
-
 
 def _open(url: str, **options: Any) -> Any:
-    from workhive.errors import ConfigError
-    from workhive.urls import redact_url
     from workhive_redis.backend import RedisStorage
 
-    unknown = sorted(set(options) - set(_STORAGE_OPTIONS))
-    if unknown:
-        raise ConfigError(
-            f"Redis storage does not take the option(s) {', '.join(unknown)}; it accepts "
-            f"{', '.join(_STORAGE_OPTIONS)} (and URL options such as ?prefix=)",
-            url=redact_url(url),
-        )
     return RedisStorage(url, **options)
 
 
@@ -44,6 +33,7 @@ def workhive_storage() -> StoragePlugin:
         factory=_open,
         description="Redis server: one Lua script per operation, safe across machines (redis://, rediss://, unix://)",
         schemes=("redis", "rediss", "unix"),
+        options=("clock_offset", "create", "clock"),
     )
 
 

@@ -15,7 +15,7 @@ from workhive_sqlite import SqliteStorage
 from workhive_sqlite.schema import SCHEMA_VERSION
 
 
-class TestSqliteBudgets(BudgetContract):
+class TestSqliteBudgetContract(BudgetContract):
     def make_backend(self, clock: ManualClock, tmp_path: pathlib.Path) -> SqliteStorage:
         return SqliteStorage(f"sqlite:///{tmp_path}/hive.db", clock=clock)
 

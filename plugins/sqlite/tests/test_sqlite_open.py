@@ -1,4 +1,4 @@
-"""Opening a store: URL forms, bad paths, foreign files, schema versions, the plugin entry point."""
+"""Opening a store: URL forms, factory options, bad paths, foreign files, the plugin entry point."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import workhive
-from workhive.errors import ConfigError, HiveNotFound, SchemaVersionError, StorageUnavailable
+from workhive.errors import ConfigError, HiveNotFound, StorageUnavailable
 from workhive_sqlite import SqliteStorage, parse_url
 from workhive_sqlite.schema import APPLICATION_ID, SCHEMA_VERSION
 
@@ -126,22 +126,6 @@ async def test_another_programs_sqlite_database_is_refused_and_left_alone(tmp_pa
 
 
 @pytest.mark.asyncio
-async def test_a_file_from_a_newer_workhive_is_a_schema_version_error(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/hive.db"
-    async with workhive.open(url) as hive:
-        await hive.pool("p").push(1)
-    with sqlite3.connect(tmp_path / "hive.db") as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(SchemaVersionError, match="upgrade workhive-sqlite") as info:
-        await SqliteStorage(url).open()
-    # Context fields are set from keyword arguments (WorkhiveError), so typed loosely.
-    assert getattr(info.value, "found", None) == SCHEMA_VERSION + 1
-    with sqlite3.connect(tmp_path / "hive.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
-        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1
-
-
-@pytest.mark.asyncio
 async def test_operations_before_open_say_to_open(tmp_path: Path) -> None:
     storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db")
     with pytest.raises(StorageUnavailable, match="not open"):
@@ -188,27 +172,6 @@ def test_the_plugin_is_found_by_scheme_and_imports_cheaply() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "sqlite ('sqlite',)"
-
-
-@pytest.mark.asyncio
-async def test_an_older_file_is_migrated_step_by_step_keeping_its_items(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from workhive_sqlite import schema
-
-    url = f"sqlite:///{tmp_path}/hive.db"
-    async with workhive.open(url) as hive:
-        item_id = await hive.pool("p").push({"old": True})
-    # A future release adds a step; opening the version-1 file applies it once.
-    step = ("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)", "INSERT INTO notes (text) VALUES ('v2')")
-    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, step))
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
-    for _ in range(2):
-        async with workhive.open(url) as hive:
-            assert (await hive.pool("p").get(item_id)).data == {"old": True}
-    with sqlite3.connect(tmp_path / "hive.db") as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
-        assert conn.execute("SELECT text FROM notes").fetchall() == [("v2",)]
 
 
 class TestCreateFalse:
@@ -322,3 +285,11 @@ def test_an_option_given_twice_is_refused_naming_it_and_no_file_is_made(tmp_path
 
     asyncio.run(main())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_factory_option_is_a_config_error_naming_it_and_no_file_is_made(tmp_path: Path) -> None:
+    # Rule F1, checked by the core from the options the plugin declares (it was a TypeError).
+    with pytest.raises(ConfigError, match=r"synchronus.*clock=, create=") as info:
+        workhive.open(f"sqlite:///{tmp_path}/hive.db", synchronus="full")
+    assert "URL's query" in str(info.value)  # where ?synchronous= belongs
+    assert not (tmp_path / "hive.db").exists()

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workhive.budgets import BudgetTake
-from workhive.errors import HiveNotFound, StorageCorrupt, StorageError, StorageUnavailable
+from workhive.errors import HiveNotFound, StorageError, StorageUnavailable
 from workhive.models import (
     Ack,
     ItemState,
@@ -67,7 +67,8 @@ from workhive.models import (
 )
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
-from workhive_sqlite.ops import Operations, is_busy
+from workhive_sqlite.failures import corrupt, failure, foreign, is_busy, is_notadb
+from workhive_sqlite.ops import Operations
 from workhive_sqlite.schema import migrate
 from workhive_sqlite.url import SqliteConfig, parse_url
 
@@ -98,24 +99,8 @@ WAL_RESTART_FRAMES = 8192
 #: Files up to this size get SQLite's ``quick_check`` when opened (it reads every page: about
 #: a second per few hundred MiB, paid by every process that opens the file). Larger files
 #: are opened on their header and schema alone; every operation still refuses a damaged
-#: page it meets with ``StorageCorrupt`` (``_failure``).
+#: page it meets with ``StorageCorrupt`` (``failures.failure``).
 QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
-# SQLite primary result codes.
-SQLITE_CORRUPT = 11
-SQLITE_FULL = 13
-SQLITE_NOTADB = 26
-
-
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    """SQLite's primary result code of ``exc`` (Python >= 3.11 carries it), else None."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else int(code) & 0xFF
-
-
-def _is_notadb(exc: sqlite3.Error) -> bool:
-    """SQLITE_NOTADB: the file's first page is not a SQLite header (by code, or by text before 3.11)."""
-    primary = _primary_code(exc)
-    return primary == SQLITE_NOTADB or (primary is None and "not a database" in str(exc))
 
 
 class SqliteStorage:
@@ -226,7 +211,7 @@ class SqliteStorage:
         try:
             self._connect_fast()
         except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+            raise failure(self.path, exc) from exc
 
     def _connect_fast(self) -> None:
         conn = sqlite3.connect(
@@ -301,15 +286,6 @@ class SqliteStorage:
         # drop every POSIX lock this process holds on it (see the module docstring). The
         # header is read by SQLite, the first thing _setup does.
 
-    def _foreign(self) -> StorageUnavailable:
-        path = self.path
-        return StorageUnavailable(
-            f"{path} exists but is not a SQLite database; point the URL at a new file "
-            "(e.g. sqlite:///.workhive/hive.db) or move that file away (if it was a workhive store, its "
-            "first page is damaged: restore it from a backup)",
-            path=str(path),
-        )
-
     def _read_header(self, conn: sqlite3.Connection) -> int:
         """The file's ``user_version``, read by SQLite; a file whose first page is no SQLite header is refused.
 
@@ -320,8 +296,8 @@ class SqliteStorage:
         try:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as exc:
-            if _is_notadb(exc):
-                raise self._foreign() from None
+            if is_notadb(exc):
+                raise foreign(self.path) from None
             raise
 
     def _setup(self) -> None:
@@ -360,7 +336,7 @@ class SqliteStorage:
         if pages * page_size <= QUICK_CHECK_MAX_BYTES:
             problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
             if problems != ["ok"]:
-                raise self._corrupt("; ".join(problems))
+                raise corrupt(self.path, "; ".join(problems))
 
     async def close(self) -> None:
         watcher, self._watcher = self._watcher, None
@@ -420,10 +396,10 @@ class SqliteStorage:
                 result: T = op(fast, *args)
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
-                    raise self._failure(exc) from exc
+                    raise failure(self.path, exc) from exc
                 # Locked by another connection; nothing was changed: wait on the thread.
             except sqlite3.Error as exc:
-                raise self._failure(exc) from exc
+                raise failure(self.path, exc) from exc
             else:
                 self._since_checkpoint += 1
                 if self._since_checkpoint >= CHECKPOINT_EVERY:
@@ -473,9 +449,9 @@ class SqliteStorage:
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
                 return await self._retry_busy(fn, args)
-            raise self._failure(exc) from exc
+            raise failure(self.path, exc) from exc
         except sqlite3.Error as exc:
-            raise self._failure(exc) from exc
+            raise failure(self.path, exc) from exc
 
     async def _retry_busy(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         # SQLite already waited busy_timeout; keep the worker alive through a long
@@ -490,43 +466,13 @@ class SqliteStorage:
                 return result
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
-                    raise self._failure(exc) from exc
+                    raise failure(self.path, exc) from exc
         waited = self.config.busy_timeout_ms / 1000 * (BUSY_RETRIES + 1)
         raise StorageUnavailable(
             f"SQLite store {self.path} stayed locked for over {waited:g}s: another process holds a long "
             f"write transaction (find it with `fuser {self.path}`), or raise the wait with "
             "?busy_timeout=<ms> in the storage URL",
             path=str(self.path),
-        )
-
-    def _failure(self, exc: sqlite3.Error) -> StorageError:
-        """The workhive error for a SQLite error, by its result code (the text where Python gives none)."""
-        text = str(exc)
-        primary = _primary_code(exc)
-        if primary == SQLITE_CORRUPT or (primary is None and "malformed" in text) or _is_notadb(exc):
-            return self._corrupt(text)
-        if primary == SQLITE_FULL or (primary is None and "is full" in text):
-            return StorageError(
-                f"SQLite store {self.path} is full ({text}): the disk holding {self.path.parent} has no space "
-                "left (or the file reached its size limit); the call that met it changed nothing. Free space "
-                "there, then run again",
-                path=str(self.path),
-                sqlite_error="SQLITE_FULL",
-            )
-        if "readonly" in text or "unable to open" in text:
-            return StorageUnavailable(
-                f"SQLite store {self.path} cannot be written: {text}; check the file's and directory's permissions",
-                path=str(self.path),
-            )
-        return StorageError(f"SQLite store {self.path}: {text}", path=str(self.path))
-
-    def _corrupt(self, found: str) -> StorageCorrupt:
-        path = self.path
-        return StorageCorrupt(
-            f"SQLite store {path} is damaged ({found}): stop every process using it, move {path.name} and its "
-            f"-wal and -shm files aside, and restore them from a backup (`sqlite3 {path} .recover` may salvage "
-            "what is readable into a new file)",
-            path=str(path),
         )
 
     @property

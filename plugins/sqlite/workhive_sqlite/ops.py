@@ -52,7 +52,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["Operations", "is_busy"]
+__all__ = ["Operations"]
 
 T = TypeVar("T")
 
@@ -259,15 +259,6 @@ SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
             WHERE pool = ?1 AND state = 'pending' AND priority = levels.p))
 FROM levels WHERE levels.p IS NOT NULL
 """
-
-
-def is_busy(exc: sqlite3.OperationalError) -> bool:
-    """Whether ``exc`` is SQLITE_BUSY/SQLITE_LOCKED: another connection holds the lock, try again."""
-    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
-    if code is not None:
-        return code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED; extended codes keep the low byte
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
 
 
 def _item(row: Sequence[Any]) -> WorkItem:

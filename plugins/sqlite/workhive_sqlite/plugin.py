@@ -31,4 +31,5 @@ def workhive_storage() -> StoragePlugin:
         description="SQLite file (WAL), safe across worker processes on one machine; the default",
         # ignore: mypy cannot see through attrs' `converter=tuple` in the core descriptor.
         schemes=("sqlite",),  # type: ignore[arg-type]
+        options=("clock", "create"),
     )

@@ -23,7 +23,7 @@ def _url(tmp_path: pathlib.Path) -> str:
     return f"list://t-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:24]}"
 
 
-class TestListStorage(StorageContract):
+class TestListContract(StorageContract):
     """The contract on the manual clock: tests move time by hand (``clock`` is a ManualClock)."""
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> ListStorage:
@@ -36,7 +36,7 @@ class TestListStorage(StorageContract):
     # returning the URL (and picklable options) by which another process opens the same store.
 
 
-class TestListStorageRealClock(TestListStorage):
+class TestListRealClockContract(TestListContract):
     """The same contract on the real clock (``clock`` is None): time-dependent tests wait with short leases.
 
     Keep this subclass: it runs the code path your users run, where nobody
@@ -47,7 +47,7 @@ class TestListStorageRealClock(TestListStorage):
     supports_manual_clock = False
 
 
-class TestListStorageModel(StorageStatefulContract):
+class TestListStatefulContract(StorageStatefulContract):
     """The Hypothesis model test; always on a ManualClock (server backends: ``clock_offset=clock.offset``)."""
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> ListStorage:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -40,32 +39,13 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
-from workhive.urls import redact_url
 from workhive_memory.budget import MemoryBudgets
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
+from workhive_memory.url import parse_url
 
-__all__ = ["MemoryStorage", "parse_memory_url"]
+__all__ = ["MemoryStorage"]
 
-_URL = re.compile(r"memory://([A-Za-z0-9][A-Za-z0-9._\-]{0,199})?")
 _FINISHED = frozenset({WorkerStatus.LOST, WorkerStatus.STOPPED})
-
-
-def parse_memory_url(url: object) -> str | None:
-    """The store name in ``memory://name`` (None for a private ``memory://``), or ConfigError.
-
-    >>> parse_memory_url("memory://tests"), parse_memory_url("memory://")
-    ('tests', None)
-    """
-    match = _URL.fullmatch(url) if isinstance(url, str) else None
-    if match is None:
-        shown = redact_url(url)  # a URL mistyped with a user:password@ in it is never echoed whole
-        raise ConfigError(
-            f"memory storage URL {shown!r} is malformed: use memory:// for a private store or "
-            "memory://NAME (letters, digits, . _ -) to share one store between Hives of this process; "
-            "it takes no ?options",
-            url=shown,
-        )
-    return match.group(1)
 
 
 class _Store:
@@ -103,7 +83,7 @@ class MemoryStorage(MemoryBudgets):
     def __init__(
         self, url: str = "memory://", *, clock: Callable[[], float] | None = None, create: bool = True
     ) -> None:
-        name = parse_memory_url(url)
+        name = parse_url(url)
         if clock is not None and not callable(clock):
             raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
         if not create and (name is None or name not in _named):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-import sqlite_mp_workers as mp_workers
+import sqlite_workers as mp_workers
 
 import workhive
 from workhive.errors import LeaseLost

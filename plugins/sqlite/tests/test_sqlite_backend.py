@@ -1,6 +1,9 @@
-"""The event loop's own connection: it never waits for a lock, never checkpoints, and fails over to the thread.
+"""What is particular to the SQLite backend beyond the contract.
 
-Also the version-2 schema: done items without an index, counted per pool.
+The event loop's own connection never waits for a lock, never checkpoints, and
+fails over to the thread; ``complete_and_claim`` is one immediate transaction
+on that fast path, all or nothing (the behaviour every backend shares is in
+the contract suite).
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlite_mp_workers as mp_workers
+import sqlite_workers as mp_workers
 
 import workhive
+from workhive.errors import StorageError
 from workhive.models import ItemState
+from workhive.storage import CompletesAndClaims
 from workhive_sqlite import SqliteStorage, backend
 from workhive_sqlite.ops import Operations
-from workhive_sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 CTX = mp.get_context("spawn")
 
@@ -170,65 +174,6 @@ async def test_every_checkpoint_every_operations_a_checkpoint_runs_on_the_thread
     assert largest < 200 * 4120
 
 
-def _make_version_1_file(path: Path) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    for statement in MIGRATIONS[0]:
-        conn.execute(statement)
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
-    rows = [
-        # pool, state, finished_at
-        ("a", "pending", None),
-        ("a", "claimed", None),
-        ("a", "done", 1.0),
-        ("a", "done", 2.0),
-        ("a", "poisoned", 1.0),
-        ("b", "done", 1.0),
-    ]
-    for pool, state, finished in rows:
-        conn.execute(
-            "INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, "
-            "claimed_by, lease_expires_at, lease_seconds, finished_at, attempts, token) "
-            "VALUES (?, '1', ?, 0, 3, 0, 0, ?, ?, ?, ?, ?, ?)",
-            (
-                pool,
-                state,
-                "w" if state == "claimed" else None,
-                4e9 if state == "claimed" else None,
-                30.0 if state == "claimed" else None,
-                finished,
-                0 if state == "pending" else 1,
-                0 if state == "pending" else 1,
-            ),
-        )
-    conn.close()
-
-
-@pytest.mark.asyncio
-async def test_a_version_1_file_is_migrated_with_its_counts(tmp_path: Path) -> None:
-    path = tmp_path / "hive.db"
-    _make_version_1_file(path)
-    async with workhive.open(f"sqlite:///{path}") as hive:
-        a, b = hive.pool("a"), hive.pool("b")
-        stats = await a.stats()
-        assert (stats.pending, stats.claimed, stats.done, stats.poisoned) == (1, 1, 2, 1)
-        assert (await b.stats()).done == 1
-        assert sorted(await hive.pools()) == ["a", "b"]
-        assert [i.finished_at for i in await a.items(ItemState.DONE)] == [1.0, 2.0]
-        assert len(await a.items(ItemState.POISONED)) == 1
-        # Counts follow pushes and purges after the migration too.
-        await a.push("new")
-        assert (await a.purge(0.0)) == 3
-        stats = await a.stats()
-        assert (stats.pending, stats.claimed, stats.done, stats.poisoned) == (2, 1, 0, 0)
-        assert await b.purge(0.0) == 1
-        assert await hive.pools() == ["a"]
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert "items_finished" not in indexes and "items_poisoned" in indexes
-
-
 @pytest.mark.asyncio
 async def test_a_claimed_item_reads_the_same_as_a_fresh_get(tmp_path: Path) -> None:
     # The claim reads back only the columns it did not set itself; the rest must still agree.
@@ -244,3 +189,84 @@ async def test_a_claimed_item_reads_the_same_as_a_fresh_get(tmp_path: Path) -> N
         assert again == await pool.get(again.id)
         for item in await pool.claim_many(5, "w3", lease=7.0):
             assert item == await pool.get(item.id)
+
+
+# -- complete_and_claim: one transaction on the fast path ------------------------------------------
+def test_the_sqlite_storage_has_the_native_method(tmp_path: Path) -> None:
+    assert isinstance(SqliteStorage(f"sqlite:///{tmp_path}/hive.db"), CompletesAndClaims)
+
+
+@pytest.mark.asyncio
+async def test_complete_and_claim_is_one_transaction_on_the_loops_connection(tmp_path: Path) -> None:
+    storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db")
+    async with workhive.Hive(storage) as hive:
+        pool = hive.pool("jobs")
+        await pool.push_many(["a", "b"])
+        first = await pool.claim("w")
+        assert first is not None
+        statements: list[str] = []
+        assert storage._fast is not None
+        storage._fast.conn.set_trace_callback(statements.append)
+        try:
+            second = await pool.complete_and_claim(first, "done", "w")
+        finally:
+            storage._fast.conn.set_trace_callback(None)
+        assert second is not None and second.data == "b"
+        # Ran on the loop's own connection (the trace saw it) as one BEGIN IMMEDIATE … COMMIT.
+        words = [s.split()[0].upper() for s in statements]
+        assert words[0] == "BEGIN" and "IMMEDIATE" in statements[0].upper()
+        assert words[-1] == "COMMIT" and words.count("BEGIN") == 1 and words.count("COMMIT") == 1
+        assert words.count("UPDATE") == 2
+
+
+@pytest.mark.asyncio
+async def test_a_locked_database_sends_it_to_the_thread_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "hive.db"
+    storage = SqliteStorage(f"sqlite:///{path}")
+    async with workhive.Hive(storage) as hive:
+        pool = hive.pool("jobs")
+        await pool.push_many(["a", "b"])
+        first = await pool.claim("w")
+        assert first is not None
+        used: list[bool] = []
+        fused = Operations.complete_and_claim
+
+        def spy(self: Operations, *args: Any) -> Any:
+            used.append(self is storage._fast)
+            return fused(self, *args)
+
+        monkeypatch.setattr(Operations, "complete_and_claim", spy)
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            # The thread waits for the lock; the loop stays free to let the holder go.
+            asyncio.get_running_loop().call_later(0.2, holder.execute, "COMMIT")
+            second = await pool.complete_and_claim(first, "done", "w")
+        finally:
+            holder.close()
+        assert used == [True, False]  # tried on the loop, met the lock, ran on the thread
+        assert second is not None and second.data == "b" and second.token == 1 and second.attempts == 1
+        stats = await pool.stats()
+        assert (stats.pending, stats.claimed, stats.done) == (0, 1, 1)
+
+
+@pytest.mark.asyncio
+async def test_a_failing_claim_rolls_the_completion_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with workhive.open(f"sqlite:///{tmp_path}/hive.db") as hive:
+        pool = hive.pool("jobs")
+        await pool.push_many(["a", "b"])
+        first = await pool.claim("w")
+        assert first is not None
+
+        def broken(self: Operations, *args: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(Operations, "_claim", broken)
+        with pytest.raises(StorageError, match="disk I/O error"):
+            await pool.complete_and_claim(first, "done", "w")
+        monkeypatch.undo()
+        still = await pool.get(first.id)
+        assert still.state is ItemState.CLAIMED and still.token == first.token and still.result is None
+        assert (await pool.stats()).pending == 1
+        second = await pool.complete_and_claim(first, "done", "w")
+        assert second is not None and second.data == "b"

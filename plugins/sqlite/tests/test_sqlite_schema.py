@@ -1,0 +1,148 @@
+"""The schema: versions, the SQL files that migrate older files, and files from newer workhives."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import workhive
+from workhive.errors import SchemaVersionError
+from workhive.models import ItemState
+from workhive_sqlite import SqliteStorage
+from workhive_sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+
+#: sha256 (first 16 hex digits) of the schema at each version (``_schema_rows``), taken from the
+#: migrations as they were Python strings (commit 1908c47): the SQL files must build the same tables.
+_SCHEMA_DIGESTS = {
+    0: "4f53cda18c2baa0c",
+    1: "5fc77b6a662bfb94",
+    2: "fd74ab3dc8baccf5",
+    3: "f531ee6c7aa9e5a4",
+    4: "357bfa708d2dc8f6",
+}
+
+
+def _schema_rows(version: int) -> list[tuple[str, str, str, str]]:
+    """What ``sqlite_master`` holds after the first ``version`` migrations, whitespace folded."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for step in MIGRATIONS[:version]:
+            for statement in step:
+                conn.execute(statement)
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    finally:
+        conn.close()
+    return sorted((kind, name, table, re.sub(r"\s+", " ", sql or "").strip()) for kind, name, table, sql in rows)
+
+
+@pytest.mark.parametrize("version", sorted(_SCHEMA_DIGESTS))
+def test_every_version_builds_the_schema_it_always_built(version: int) -> None:
+    rows = _schema_rows(version)
+    digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
+    assert digest == _SCHEMA_DIGESTS[version], rows
+
+
+def test_every_version_up_to_the_current_one_has_its_digest() -> None:
+    # A new migration adds its version's digest above, so the test covers it too.
+    assert max(_SCHEMA_DIGESTS) == SCHEMA_VERSION
+
+
+@pytest.mark.asyncio
+async def test_a_file_from_a_newer_workhive_is_a_schema_version_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hive.db"
+    async with workhive.open(url) as hive:
+        await hive.pool("p").push(1)
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(SchemaVersionError, match="upgrade workhive-sqlite") as info:
+        await SqliteStorage(url).open()
+    # Context fields are set from keyword arguments (WorkhiveError), so typed loosely.
+    assert getattr(info.value, "found", None) == SCHEMA_VERSION + 1
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1
+
+
+@pytest.mark.asyncio
+async def test_an_older_file_is_migrated_step_by_step_keeping_its_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workhive_sqlite import schema
+
+    url = f"sqlite:///{tmp_path}/hive.db"
+    async with workhive.open(url) as hive:
+        item_id = await hive.pool("p").push({"old": True})
+    # A future release adds a step; opening the version-1 file applies it once.
+    step = ("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)", "INSERT INTO notes (text) VALUES ('v2')")
+    monkeypatch.setattr(schema, "MIGRATIONS", (*schema.MIGRATIONS, step))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    for _ in range(2):
+        async with workhive.open(url) as hive:
+            assert (await hive.pool("p").get(item_id)).data == {"old": True}
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+        assert conn.execute("SELECT text FROM notes").fetchall() == [("v2",)]
+
+
+def _make_version_1_file(path: Path) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    rows = [
+        # pool, state, finished_at
+        ("a", "pending", None),
+        ("a", "claimed", None),
+        ("a", "done", 1.0),
+        ("a", "done", 2.0),
+        ("a", "poisoned", 1.0),
+        ("b", "done", 1.0),
+    ]
+    for pool, state, finished in rows:
+        conn.execute(
+            "INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, "
+            "claimed_by, lease_expires_at, lease_seconds, finished_at, attempts, token) "
+            "VALUES (?, '1', ?, 0, 3, 0, 0, ?, ?, ?, ?, ?, ?)",
+            (
+                pool,
+                state,
+                "w" if state == "claimed" else None,
+                4e9 if state == "claimed" else None,
+                30.0 if state == "claimed" else None,
+                finished,
+                0 if state == "pending" else 1,
+                0 if state == "pending" else 1,
+            ),
+        )
+    conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_version_1_file_is_migrated_with_its_counts(tmp_path: Path) -> None:
+    path = tmp_path / "hive.db"
+    _make_version_1_file(path)
+    async with workhive.open(f"sqlite:///{path}") as hive:
+        a, b = hive.pool("a"), hive.pool("b")
+        stats = await a.stats()
+        assert (stats.pending, stats.claimed, stats.done, stats.poisoned) == (1, 1, 2, 1)
+        assert (await b.stats()).done == 1
+        assert sorted(await hive.pools()) == ["a", "b"]
+        assert [i.finished_at for i in await a.items(ItemState.DONE)] == [1.0, 2.0]
+        assert len(await a.items(ItemState.POISONED)) == 1
+        # Counts follow pushes and purges after the migration too.
+        await a.push("new")
+        assert (await a.purge(0.0)) == 3
+        stats = await a.stats()
+        assert (stats.pending, stats.claimed, stats.done, stats.poisoned) == (2, 1, 0, 0)
+        assert await b.purge(0.0) == 1
+        assert await hive.pools() == ["a"]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "items_finished" not in indexes and "items_poisoned" in indexes
