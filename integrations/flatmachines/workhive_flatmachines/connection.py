@@ -22,9 +22,10 @@ from typing import Any
 
 import workhive
 from workhive.errors import StorageUnavailable
+from workhive.locks import HeldLock
 from workhive_flatmachines.keeper import LeaseKeeper
 
-__all__ = ["HiveHandle"]
+__all__ = ["HiveHandle", "resolve_storage", "shared_handle"]
 
 log = logging.getLogger("workhive_flatmachines")
 
@@ -64,6 +65,8 @@ class HiveHandle:
         self._ready: asyncio.Future[None] | None = None
         self._closer: AsyncIterator[None] | None = None
         self._keeper: LeaseKeeper | None = None
+        #: execution locks this process holds through the handle, by execution id (see checkpoints)
+        self.held_executions: dict[str, HeldLock] = {}
 
     def __repr__(self) -> str:
         return f"<HiveHandle {self._hive.storage_url or self._hive.storage!r}>"
@@ -148,3 +151,44 @@ class HiveHandle:
         else:
             await self._shutdown()
         self._loop = None
+
+
+def resolve_storage(storage: str | None, options: dict[str, Any]) -> str:
+    """The storage URL to use: ``storage``, else workhive's own settings, as the CLI resolves them.
+
+    ``None`` reads ``WORKHIVE_STORAGE`` (then ``workhive.toml``, then
+    ``sqlite:///.workhive/hive.db``), and fills ``options["locks"]`` the same
+    way, so a machine and ``workhive status`` in one directory see one hive.
+    """
+    if storage is not None:
+        return storage
+    from workhive.config import load_config
+
+    config = load_config()
+    options.setdefault("locks", config["locks"])
+    return str(config["storage"])
+
+
+_SHARED: dict[tuple[str, tuple[tuple[str, Any], ...]], HiveHandle] = {}
+
+
+def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
+    """The one ``HiveHandle`` of this process for a storage URL and options (made on first use).
+
+    Every hooks object, backend, checkpoint store and lock built from the same
+    URL in one process shares it: one hive, one connection pool, one lease
+    keeper, however many states or machines ask for it.
+
+    >>> shared_handle("memory://jobs") is shared_handle("memory://jobs")
+    True
+    """
+    url = resolve_storage(storage, options)
+    try:
+        key = (url, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:  # an unhashable option: a handle of its own
+        return HiveHandle(url, **options)
+    handle = _SHARED.get(key)
+    if handle is None:
+        handle = _SHARED[key] = HiveHandle(url, **options)
+    return handle

@@ -1,0 +1,35 @@
+"""``backends(storage)``: flatmachines' registration and work backends on one hive, in one line.
+
+>>> registration, work = backends("memory://jobs")
+>>> registration.handle is work.handle
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import workhive
+from workhive_flatmachines.connection import HiveHandle, shared_handle
+from workhive_flatmachines.registration import WorkhiveRegistrationBackend
+from workhive_flatmachines.work import WorkhiveWorkBackend
+
+__all__ = ["backends"]
+
+
+def backends(
+    storage: str | workhive.Hive | HiveHandle | None = None, *, retry_in: float | None = 0.0, **options: Any
+) -> tuple[WorkhiveRegistrationBackend, WorkhiveWorkBackend]:
+    """``(registration, work)`` sharing one hive handle (the process's shared one for a URL).
+
+    Replaces ``SQLiteRegistrationBackend(db_path=…)`` plus
+    ``SQLiteWorkBackend(db_path=…)``; building both from one handle is what
+    keeps one process from opening one SQLite file twice.
+    """
+    if isinstance(storage, HiveHandle):
+        handle = storage
+    elif isinstance(storage, workhive.Hive):
+        handle = HiveHandle(storage, **options)
+    else:
+        handle = shared_handle(storage, **options)
+    return WorkhiveRegistrationBackend(handle), WorkhiveWorkBackend(handle, retry_in=retry_in)
