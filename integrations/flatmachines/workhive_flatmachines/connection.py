@@ -182,6 +182,8 @@ def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
     >>> shared_handle("memory://jobs") is shared_handle("memory://jobs")
     True
     """
+    # None means "the default" for every option: one key for a setting given as None or left out.
+    options = {name: value for name, value in options.items() if value is not None}
     url = resolve_storage(storage, options)
     try:
         key = (url, tuple(sorted(options.items())))

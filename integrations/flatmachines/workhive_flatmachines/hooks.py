@@ -42,9 +42,9 @@ class WorkhiveWorkerHooks(DistributedWorkerHooks):
     ``storage``: a workhive storage URL (``sqlite:///…``, ``memory://name``,
     ``postgresql://…``, ``redis://…``), a ``Hive``, or None for workhive's own
     setting (``WORKHIVE_STORAGE``…). Hooks built from one URL in one process
-    share one hive (``shared_handle``). ``lease``: seconds a
-    claim lasts without a heartbeat (renewed every ``heartbeat_every`` while
-    the job runs). ``max_attempts`` is the hive's default for items pushed
+    share one hive (``shared_handle``). ``lease``: seconds a claim lasts
+    without a heartbeat (default workhive's, 60; renewed every
+    ``heartbeat_every`` while the job runs). ``max_attempts`` is the hive's default for items pushed
     through workhive itself; flatmachines' own pushes default to max_retries=3.
     ``retry_in``: seconds a failed job waits before another claim (None: the
     hive's backoff). Other keyword arguments go to the storage plugin.
@@ -58,7 +58,7 @@ class WorkhiveWorkerHooks(DistributedWorkerHooks):
         self,
         storage: str | workhive.Hive | None = None,
         *,
-        lease: float = 60.0,
+        lease: float | None = None,
         heartbeat_every: float | None = None,
         retry_in: float | None = 0.0,
         **options: Any,
