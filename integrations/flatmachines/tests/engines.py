@@ -52,10 +52,12 @@ class Place:
         self.engine = engine
         self.tag = uuid.uuid4().hex[:16]
         if engine == "memory":
-            self.url, self.options = f"memory://fm-{self.tag}", {}
+            # Named memory locks: every handle on this hive in the process meets the same locks.
+            self.url = f"memory://fm-{self.tag}"
+            self.options = {"locks": self.url}
         elif engine == "sqlite":
             self.url = f"sqlite:///{tmp_path / f'hive-{self.tag}.db'}"
-            self.options = {"locks": f"fcntl://{tmp_path / f'locks-{self.tag}'}"}
+            self.options = {"locks": f"fcntl:///{tmp_path / f'locks-{self.tag}'}"}
         elif engine == "postgres":
             self.url = f"{POSTGRES}?schema=whfm_{self.tag}"
             self.options = {"locks": self.url}

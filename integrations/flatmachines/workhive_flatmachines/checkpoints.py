@@ -46,11 +46,20 @@ _LOCK_PREFIX = "flatmachines.execution:"
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 
 
+#: storages whose own URL names a lock provider shared by everyone who opens that storage
+_SHARED_LOCK_SCHEMES = ("postgresql:", "postgres:", "redis:", "rediss:", "memory:")
+
+
 def _handle(storage: str | workhive.Hive | HiveHandle | None, options: dict[str, Any]) -> HiveHandle:
     if isinstance(storage, HiveHandle):
         return storage
     if isinstance(storage, workhive.Hive):
         return HiveHandle(storage, **options)
+    if isinstance(storage, str) and storage.startswith(_SHARED_LOCK_SCHEMES) and options.get("locks") is None:
+        # Whoever opens this hive must meet the same execution locks: a server hive is shared
+        # by hosts (workhive's default provider, fcntl, only excludes one machine's processes),
+        # and memory://NAME by every handle of the process (plain memory:// locks are private).
+        options = {**options, "locks": storage}
     return shared_handle(storage, **options)
 
 
