@@ -111,6 +111,22 @@ async def test_listing_by_event_and_channel_deleting_and_pruning(persistence: Wo
 
 
 @pytest.mark.asyncio
+async def test_executions_without_a_readable_latest_snapshot_are_pruned_first(persistence: WorkhivePersistence) -> None:
+    """What flatmachines' own MemoryBackend edge-case tests check through its private ``_store``, via the API."""
+    now = datetime.now(timezone.utc).isoformat()
+    await persistence.save("orphan/step_000001_x.json", json.dumps({"created_at": now}).encode())  # no latest
+    await persistence.save("corrupt/latest", b"corrupt/garbage")
+    await persistence.save("corrupt/garbage", b"not-json")
+    await CheckpointManager(persistence, "fine").save_checkpoint(snapshot("fine", 1, "machine_end", now))
+    assert await persistence.prune(max_count=1) == 2
+    assert await persistence.list_execution_ids() == ["fine"]
+    exact = "2026-05-31T14:00:00+02:00"
+    await CheckpointManager(persistence, "fine").save_checkpoint(snapshot("fine", 2, "machine_end", exact))
+    latest = await CheckpointManager(persistence, "fine").load_latest()
+    assert latest is not None and latest.created_at == exact  # kept verbatim
+
+
+@pytest.mark.asyncio
 async def test_a_key_that_names_no_execution_is_refused(persistence: WorkhivePersistence) -> None:
     with pytest.raises(workhive.InvalidArgument, match="execution id"):
         await persistence.save("no-slash", b"x")
