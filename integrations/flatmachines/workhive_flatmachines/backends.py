@@ -18,7 +18,11 @@ __all__ = ["backends"]
 
 
 def backends(
-    storage: str | workhive.Hive | HiveHandle | None = None, *, retry_in: float | None = 0.0, **options: Any
+    storage: str | workhive.Hive | HiveHandle | None = None,
+    *,
+    retry_in: float | None = 0.0,
+    leases: dict[str, float] | None = None,
+    **options: Any,
 ) -> tuple[WorkhiveRegistrationBackend, WorkhiveWorkBackend]:
     """``(registration, work)`` sharing one hive handle (the process's shared one for a URL).
 
@@ -32,4 +36,4 @@ def backends(
         handle = HiveHandle(storage, **options)
     else:
         handle = shared_handle(storage, **options)
-    return WorkhiveRegistrationBackend(handle), WorkhiveWorkBackend(handle, retry_in=retry_in)
+    return WorkhiveRegistrationBackend(handle), WorkhiveWorkBackend(handle, retry_in=retry_in, leases=leases)

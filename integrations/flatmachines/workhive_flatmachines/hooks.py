@@ -18,6 +18,7 @@ then runs on that hive. Subclass it to add your own job actions, as with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flatmachines.distributed_hooks import DistributedWorkerHooks
@@ -47,7 +48,9 @@ class WorkhiveWorkerHooks(DistributedWorkerHooks):
     ``heartbeat_every`` while the job runs). ``max_attempts`` is the hive's default for items pushed
     through workhive itself; flatmachines' own pushes default to max_retries=3.
     ``retry_in``: seconds a failed job waits before another claim (None: the
-    hive's backoff). Other keyword arguments go to the storage plugin.
+    hive's backoff). ``leases``: a longer lease for some pools
+    (``{"pdf-render": 3600}``), for jobs that block the event loop. Other
+    keyword arguments go to the storage plugin.
 
     >>> hooks = WorkhiveWorkerHooks(storage="memory://jobs")
     >>> isinstance(hooks, DistributedWorkerHooks)
@@ -61,6 +64,7 @@ class WorkhiveWorkerHooks(DistributedWorkerHooks):
         lease: float | None = None,
         heartbeat_every: float | None = None,
         retry_in: float | None = 0.0,
+        leases: Mapping[str, float] | None = None,
         **options: Any,
     ) -> None:
         if isinstance(storage, workhive.Hive):
@@ -69,7 +73,9 @@ class WorkhiveWorkerHooks(DistributedWorkerHooks):
             handle = shared_handle(storage, heartbeat_every=heartbeat_every, lease=lease, **options)
         self.handle = handle
         self._workhive_registration = WorkhiveRegistrationBackend(handle)
-        super().__init__(registration=self._workhive_registration, work=WorkhiveWorkBackend(handle, retry_in=retry_in))
+        super().__init__(
+            registration=self._workhive_registration, work=WorkhiveWorkBackend(handle, retry_in=retry_in, leases=leases)
+        )
 
     async def on_action(self, *args: Any) -> dict[str, Any]:
         """Run an action: ``(action, context)`` as flatmachines 1.x calls it, ``(state, action, context)`` as 4.x."""

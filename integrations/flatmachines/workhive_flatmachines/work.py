@@ -14,6 +14,7 @@ flatmachines' pools do. Receipts (``"<item id>.<token>"``) are accepted too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -22,7 +23,7 @@ from flatmachines.distributed import WorkItem as FmWorkItem
 import workhive
 from workhive.errors import InvalidItem, ItemNotFound, LeaseLost
 from workhive.ids import RECEIPT_PATTERN, is_item_id, parse_receipt
-from workhive.validation import check_nonnegative
+from workhive.validation import check_nonnegative, check_positive
 from workhive_flatmachines.connection import HiveHandle
 from workhive_flatmachines.convert import iso, missing_item, push_options
 from workhive_flatmachines.errors import ClaimLost, NotJSON
@@ -91,11 +92,14 @@ class WorkhiveWorkPool:
     >>> await pool.complete(job.id, {"ok": True})  # doctest: +SKIP
     """
 
-    def __init__(self, handle: HiveHandle, name: str, *, retry_in: float | None = 0.0) -> None:
+    def __init__(
+        self, handle: HiveHandle, name: str, *, retry_in: float | None = 0.0, lease: float | None = None
+    ) -> None:
         handle.pool_name_check(name)
         self.name = name
         self._handle = handle
         self._retry_in = retry_in
+        self._lease = lease
 
     def __repr__(self) -> str:
         return f"<WorkhiveWorkPool {self.name!r} on {self._handle!r}>"
@@ -114,7 +118,7 @@ class WorkhiveWorkPool:
     async def claim(self, worker_id: str) -> FmWorkItem | None:
         """Claim the next item with a lease kept alive in the background until it is completed or failed."""
         pool = await self._pool()
-        item = await pool.claim(worker_id)
+        item = await pool.claim(worker_id, lease=self._lease)
         if item is None:
             return None
         (await self._handle.keeper()).hold(worker_id, self.name, item)
@@ -214,7 +218,9 @@ class WorkhiveWorkBackend:
     ``lease``: seconds a claim lasts without a heartbeat (renewed every
     ``heartbeat_every``, default a third of it, while the job runs).
     ``retry_in``: seconds a failed item waits before it can be claimed again;
-    None uses the hive's backoff strategy.
+    None uses the hive's backoff strategy. ``leases``: a lease of its own for
+    some pools (``{"pdf-render": 3600}``), for jobs that may block the event
+    loop, and so the background heartbeat, longer than the hive's lease.
 
     >>> work = WorkhiveWorkBackend("sqlite:///data/workers.db")  # doctest: +SKIP
     >>> isinstance(work, flatmachines.WorkBackend)  # doctest: +SKIP
@@ -226,12 +232,14 @@ class WorkhiveWorkBackend:
         storage: str | workhive.Hive | HiveHandle,
         *,
         retry_in: float | None = 0.0,
+        leases: Mapping[str, float] | None = None,
         **options: Any,
     ) -> None:
         self.handle = storage if isinstance(storage, HiveHandle) else HiveHandle(storage, **options)
         if retry_in is not None:
             retry_in = check_nonnegative("retry_in", retry_in)
         self._retry_in = retry_in
+        self._leases = {name: check_positive(f"leases[{name!r}]", s) for name, s in (leases or {}).items()}
         self._pools: dict[str, WorkhiveWorkPool] = {}
 
     def __repr__(self) -> str:
@@ -241,7 +249,9 @@ class WorkhiveWorkBackend:
         """The pool called ``name``; ``InvalidName`` (a ValueError) for a name workhive cannot store."""
         pool = self._pools.get(name)
         if pool is None:
-            pool = self._pools[name] = WorkhiveWorkPool(self.handle, name, retry_in=self._retry_in)
+            pool = self._pools[name] = WorkhiveWorkPool(
+                self.handle, name, retry_in=self._retry_in, lease=self._leases.get(name)
+            )
         return pool
 
     async def aclose(self) -> None:
