@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fmversion import NAMED_HOOKS, only_1x, only_4x
 
 import workhive
-from fmversion import NAMED_HOOKS, only_1x, only_4x
 
 README = Path(__file__).parent.parent / "README.md"
 STORAGE = "sqlite:///data/hive.db"

@@ -152,7 +152,12 @@ async def test_hooks_and_backends_from_one_url_share_one_hive(place: Place) -> N
     first = WorkhiveWorkerHooks(place.url, **place.options)
     second = WorkhiveWorkerHooks(place.url, **place.options)
     registration, work = backends(place.url, **place.options)
+    separately = (
+        WorkhiveRegistrationBackend(place.url, **place.options),
+        WorkhiveWorkBackend(place.url, **place.options),
+    )
     assert first.handle is second.handle is registration.handle is work.handle
+    assert separately[0].handle is separately[1].handle is first.handle  # the old README's code route too
     assert await first.handle.hive() is await second.handle.hive()
     await first.aclose()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import workhive
-from workhive_flatmachines.connection import HiveHandle, shared_handle
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.registration import WorkhiveRegistrationBackend
 from workhive_flatmachines.work import WorkhiveWorkBackend
 
@@ -30,10 +30,5 @@ def backends(
     ``SQLiteWorkBackend(db_path=…)``; building both from one handle is what
     keeps one process from opening one SQLite file twice.
     """
-    if isinstance(storage, HiveHandle):
-        handle = storage
-    elif isinstance(storage, workhive.Hive):
-        handle = HiveHandle(storage, **options)
-    else:
-        handle = shared_handle(storage, **options)
+    handle = open_handle(storage, options)
     return WorkhiveRegistrationBackend(handle), WorkhiveWorkBackend(handle, retry_in=retry_in, leases=leases)

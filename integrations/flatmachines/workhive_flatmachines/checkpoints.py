@@ -27,7 +27,7 @@ from flatmachines.persistence import PersistenceBackend
 import workhive
 from workhive.errors import InvalidArgument, LockTimeout
 from workhive.locks import HeldLock
-from workhive_flatmachines.connection import HiveHandle, shared_handle
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.errors import ExecutionTakenOver
 
 __all__ = [
@@ -51,16 +51,12 @@ _SHARED_LOCK_SCHEMES = ("postgresql:", "postgres:", "redis:", "rediss:", "memory
 
 
 def _handle(storage: str | workhive.Hive | HiveHandle | None, options: dict[str, Any]) -> HiveHandle:
-    if isinstance(storage, HiveHandle):
-        return storage
-    if isinstance(storage, workhive.Hive):
-        return HiveHandle(storage, **options)
     if isinstance(storage, str) and storage.startswith(_SHARED_LOCK_SCHEMES) and options.get("locks") is None:
         # Whoever opens this hive must meet the same execution locks: a server hive is shared
         # by hosts (workhive's default provider, fcntl, only excludes one machine's processes),
         # and memory://NAME by every handle of the process (plain memory:// locks are private).
         options = {**options, "locks": storage}
-    return shared_handle(storage, **options)
+    return open_handle(storage, options)
 
 
 def _execution_of(key: str) -> str:

@@ -25,7 +25,7 @@ from workhive.errors import StorageUnavailable
 from workhive.locks import HeldLock
 from workhive_flatmachines.keeper import LeaseKeeper
 
-__all__ = ["HiveHandle", "resolve_storage", "shared_handle"]
+__all__ = ["HiveHandle", "open_handle", "resolve_storage", "shared_handle"]
 
 log = logging.getLogger("workhive_flatmachines")
 
@@ -194,3 +194,16 @@ def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
     if handle is None:
         handle = _SHARED[key] = HiveHandle(url, **options)
     return handle
+
+
+def open_handle(storage: str | workhive.Hive | HiveHandle | None, options: dict[str, Any]) -> HiveHandle:
+    """The handle for what a backend was given: a handle as is, a Hive wrapped, a URL (or None) the shared one."""
+    if isinstance(storage, HiveHandle):
+        if options:
+            raise workhive.InvalidArgument(
+                f"options {sorted(options)} apply to a storage URL; a HiveHandle passed in keeps its own settings"
+            )
+        return storage
+    if isinstance(storage, workhive.Hive):
+        return HiveHandle(storage, **options)
+    return shared_handle(storage, **options)

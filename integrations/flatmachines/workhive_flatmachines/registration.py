@@ -20,7 +20,7 @@ from flatmachines.distributed import WorkerRegistration as FmWorkerRegistration
 import workhive
 from workhive.errors import InvalidItem, WorkerNotFound
 from workhive.validation import check_positive, to_json
-from workhive_flatmachines.connection import HiveHandle
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.convert import flatmachines_status, iso, statuses_for_filter, workhive_status
 from workhive_flatmachines.errors import NotJSON
 
@@ -84,8 +84,8 @@ class WorkhiveRegistrationBackend:
     >>> await registry.heartbeat("w1", {"load": 0.3})  # doctest: +SKIP
     """
 
-    def __init__(self, storage: str | workhive.Hive | HiveHandle, **options: Any) -> None:
-        self.handle = storage if isinstance(storage, HiveHandle) else HiveHandle(storage, **options)
+    def __init__(self, storage: str | workhive.Hive | HiveHandle | None = None, **options: Any) -> None:
+        self.handle = open_handle(storage, options)
 
     def __repr__(self) -> str:
         return f"<WorkhiveRegistrationBackend {self.handle!r}>"

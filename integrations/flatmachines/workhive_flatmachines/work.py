@@ -24,7 +24,7 @@ import workhive
 from workhive.errors import InvalidItem, ItemNotFound, LeaseLost
 from workhive.ids import RECEIPT_PATTERN, is_item_id, parse_receipt
 from workhive.validation import check_nonnegative, check_positive
-from workhive_flatmachines.connection import HiveHandle
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.convert import iso, missing_item, push_options
 from workhive_flatmachines.errors import ClaimLost, NotJSON
 
@@ -229,13 +229,13 @@ class WorkhiveWorkBackend:
 
     def __init__(
         self,
-        storage: str | workhive.Hive | HiveHandle,
+        storage: str | workhive.Hive | HiveHandle | None = None,
         *,
         retry_in: float | None = 0.0,
         leases: Mapping[str, float] | None = None,
         **options: Any,
     ) -> None:
-        self.handle = storage if isinstance(storage, HiveHandle) else HiveHandle(storage, **options)
+        self.handle = open_handle(storage, options)
         if retry_in is not None:
             retry_in = check_nonnegative("retry_in", retry_in)
         self._retry_in = retry_in
