@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -169,15 +170,16 @@ def resolve_storage(storage: str | None, options: dict[str, Any]) -> str:
     return str(config["storage"])
 
 
-_SHARED: dict[tuple[str, tuple[tuple[str, Any], ...]], HiveHandle] = {}
+_SHARED: dict[tuple[int, str, tuple[tuple[str, Any], ...]], HiveHandle] = {}
 
 
 def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
-    """The one ``HiveHandle`` of this process for a storage URL and options (made on first use).
+    """The one ``HiveHandle`` of this thread for a storage URL and options (made on first use).
 
     Every hooks object, backend, checkpoint store and lock built from the same
-    URL in one process shares it: one hive, one connection pool, one lease
-    keeper, however many states or machines ask for it.
+    URL in one thread shares it: one hive, one connection pool, one lease
+    keeper, however many states or machines ask for it. Per thread, because a
+    handle serves one event loop at a time and each thread runs its own.
 
     >>> shared_handle("memory://jobs") is shared_handle("memory://jobs")
     True
@@ -186,7 +188,7 @@ def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
     options = {name: value for name, value in options.items() if value is not None}
     url = resolve_storage(storage, options)
     try:
-        key = (url, tuple(sorted(options.items())))
+        key = (threading.get_ident(), url, tuple(sorted(options.items())))
         hash(key)
     except TypeError:  # an unhashable option: a handle of its own
         return HiveHandle(url, **options)
