@@ -3,10 +3,11 @@
     python bench/flatmachines_dropin.py            # 8 processes, 4,000 items each way
     python bench/flatmachines_dropin.py --quick    # 4 processes, 400 items: a smoke check
 
-Both sides run the same loop through flatmachines 1.0.0's ``WorkPool``
-protocol — ``claim(worker_id)`` then ``complete(item.id, result)`` until
-``claim`` returns None — in N processes started together on one file, and
-print, measured in this run:
+Both sides run the same loop through the installed flatmachines' ``WorkPool``
+protocol (1.0.0 or 4.2.1, the current release: the line names it) —
+``claim(worker_id)`` then ``complete(item.id, result)`` until ``claim``
+returns None — in N processes started together on one file, and print,
+measured in this run:
 
 * items/s: items completed over the time from the first claim to the last
   completion (every process's own clock readings, ``time.monotonic``, which
@@ -16,8 +17,8 @@ print, measured in this run:
 * share of work per process, largest first;
 * the adapter's items/s as a ratio to the native backend's.
 
-Needs ``pip install flatmachines==1.0.0 -e integrations/flatmachines``
-(``make bench`` installs both). Not a test: nothing here asserts a time.
+Needs ``pip install flatmachines==4.2.1 -e integrations/flatmachines`` (or
+``flatmachines==1.0.0``; ``make bench`` installs one of them). Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def main() -> int:
 
         import workhive_flatmachines  # noqa: F401
     except ImportError as exc:
-        print(f"skipped: {exc}; pip install flatmachines==1.0.0 -e integrations/flatmachines")
+        print(f"skipped: {exc}; pip install flatmachines==4.2.1 -e integrations/flatmachines")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         native_db, adapter_url = f"{tmp}/flatmachines.sqlite", f"sqlite:///{tmp}/hive.db"
@@ -151,7 +152,9 @@ def main() -> int:
         asyncio.run(_seed_adapter(adapter_url, n))
         native = run("native", native_db, procs, n)
         adapter = run("adapter", adapter_url, procs, n)
-    print(line("flatmachines 1.0.0 SQLiteWorkBackend   ", procs, native))
+    from importlib.metadata import version
+
+    print(line(f"flatmachines {version('flatmachines')} SQLiteWorkBackend   ", procs, native))
     ratio = f" = {adapter['rate'] / native['rate']:.1f}x native" if native["rate"] else ""
     print(line("workhive-flatmachines on workhive-sqlite", procs, adapter, ratio))
     return 0

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from engines import ENGINES, Place, require
 from flatmachines.distributed import (
     MemoryRegistrationBackend,
     MemoryWorkBackend,
@@ -63,3 +64,12 @@ async def handle(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     h = HiveHandle(storage_url(request.param, tmp_path))
     yield h
     await h.aclose()
+
+
+@pytest.fixture(params=ENGINES)
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Place]:
+    """A hive of this test's own on each engine (postgres/redis skip when their server is absent)."""
+    require(request.param)
+    where = Place(request.param, tmp_path)
+    yield where
+    where.clean()

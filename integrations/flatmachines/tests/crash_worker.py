@@ -19,7 +19,8 @@ async def main(url: str, worker_id: str) -> None:
     hooks = WorkhiveWorkerHooks(storage=url, lease=600)
     ctx = await hooks.on_action("register_worker", {"pool_id": "jobs", "worker_id": worker_id})
     ctx = await hooks.on_action("claim_job", ctx)
-    print(json.dumps({"job_id": ctx["job_id"]}), flush=True)
+    # What a checkpoint of the machine's context would keep: the job id and the claim's receipt.
+    print(json.dumps({"job_id": ctx["job_id"], "workhive_claim": ctx["workhive_claim"]}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     ctx["result"] = {"by": worker_id}
     try:

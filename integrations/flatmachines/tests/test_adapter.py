@@ -36,8 +36,8 @@ class TestBadInput:
         ("bad", "says"),
         [
             ("3f2b6c1e-0000-4000-8000-000000000000", "not an id this adapter issued"),
-            ("i0000000000000001", "not a claim"),
             ("i00000000000000ff.1", "no such item"),
+            ("i00000000000000ff", "no such item"),
             ("", "not an id this adapter issued"),
         ],
     )

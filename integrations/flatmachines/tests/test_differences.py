@@ -6,6 +6,9 @@ asserts both outcomes, so a change on either side shows up here.
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 from flatmachines.distributed import WorkerRegistration
 
@@ -31,15 +34,16 @@ async def test_a_stale_completion_is_refused(backends: Backends) -> None:
     assert await pool.release_by_worker("slow-worker") == 1  # the reaper's step
     second = await pool.claim("fast-worker")
     assert second is not None and second.data == {"task": 1}
+    assert first.id == second.id  # the id push returned, on both
     if backends.is_workhive:
-        assert first.id != second.id
-        with pytest.raises(workhive.LeaseLost, match="claimed again"):
+        # The slow worker's id carries its claim's token: refused, with an error `except KeyError` catches.
+        with pytest.raises(KeyError, match="claimed again") as refused:
             await pool.complete(first.id, {"by": "slow"})
+        assert isinstance(refused.value, workhive.LeaseLost)
         await pool.complete(second.id, {"by": "fast"})
-        item = await (await hive_of(backends)).pool("jobs").get(second.id.split(".")[0])
+        item = await (await hive_of(backends)).pool("jobs").get(second.id)
         assert item.state is workhive.ItemState.DONE and item.result == {"by": "fast"}
     else:
-        assert first.id == second.id
         await pool.complete(first.id, {"by": "slow"})  # accepted: it deletes fast-worker's claim
         with pytest.raises(KeyError):
             await pool.complete(second.id, {"by": "fast"})
@@ -79,8 +83,9 @@ async def test_finished_items_are_kept_until_purged(backends: Backends) -> None:
         hive_pool = (await hive_of(backends)).pool("jobs")
         kept = await hive_pool.get(pushed)
         assert (kept.state, kept.result) == (workhive.ItemState.DONE, {"answer": 42})
-        with pytest.raises(workhive.LeaseLost, match="completed already"):
+        with pytest.raises(KeyError, match="completed already") as twice:
             await pool.complete(claimed.id)
+        assert isinstance(twice.value, workhive.LeaseLost)
         assert await hive_pool.purge(0) == 1
         with pytest.raises(workhive.ItemNotFound):
             await hive_pool.get(pushed)
@@ -89,16 +94,17 @@ async def test_finished_items_are_kept_until_purged(backends: Backends) -> None:
             await pool.complete(claimed.id)
 
 
-async def test_a_claimed_id_is_the_claims_receipt(backends: Backends) -> None:
+async def test_a_claimed_id_is_the_pushed_id_and_carries_the_claims_token(backends: Backends) -> None:
     pool = backends.work.pool("jobs")
     pushed = await pool.push({"task": 1})
     claimed = await pool.claim("w")
     await pool.fail(claimed.id, "again")
     again = await pool.claim("w")
+    assert claimed.id == again.id == pushed  # type: ignore[union-attr]
+    assert json.dumps({"job_id": again.id}) == json.dumps({"job_id": pushed})  # type: ignore[union-attr]
     if backends.is_workhive:
-        assert (claimed.id, again.id) == (f"{pushed}.1", f"{pushed}.2")  # type: ignore[union-attr]
-    else:
-        assert claimed.id == again.id == pushed  # type: ignore[union-attr]
+        assert (claimed.id.receipt, again.id.receipt) == (f"{pushed}.1", f"{pushed}.2")  # type: ignore[union-attr]
+        assert copy.deepcopy(again.id).token == 2  # type: ignore[union-attr]
 
 
 async def test_unknown_status_strings_are_refused(backends: Backends) -> None:

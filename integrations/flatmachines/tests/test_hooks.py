@@ -28,13 +28,13 @@ async def test_it_is_a_distributed_worker_hooks(hooks: WorkhiveWorkerHooks) -> N
 
 
 async def test_a_job_workers_actions(hooks: WorkhiveWorkerHooks) -> None:
-    await hooks._work.pool("jobs").push({"doc": 1})
+    pushed = await hooks._work.pool("jobs").push({"doc": 1})
     ctx = await hooks.on_action("register_worker", {"pool_id": "jobs", "worker_id": "w1", "capabilities": ["pdf"]})
     assert ctx["status"] == "active" and ctx["registered_at"].startswith("20")
     state = await hooks.on_action("get_pool_state", {"pool_id": "jobs"})
     assert (state["queue_depth"], state["active_workers"]) == (1, 1)
     ctx = await hooks.on_action("claim_job", ctx)
-    assert ctx["job"] == {"doc": 1} and ctx["job_id"].endswith(".1")
+    assert ctx["job"] == {"doc": 1} and ctx["job_id"] == pushed and ctx["workhive_claim"] == f"{pushed}.1"
     assert (await hooks._registration.get("w1")).current_task_id == ctx["job_id"]  # type: ignore[union-attr]
     await hooks.on_action("heartbeat", ctx)
     ctx["result"] = {"pages": 3}
@@ -42,7 +42,8 @@ async def test_a_job_workers_actions(hooks: WorkhiveWorkerHooks) -> None:
     assert (await hooks._registration.get("w1")).current_task_id is None  # type: ignore[union-attr]
     await hooks.on_action("deregister_worker", ctx)
     hive = await hooks.handle.hive()
-    item = await hive.pool("jobs").get(ctx["job_id"].split(".")[0])
+    assert "workhive_claim" not in ctx and ctx["job_id"] == pushed
+    item = await hive.pool("jobs").get(pushed)
     assert (item.state, item.result) == (workhive.ItemState.DONE, {"pages": 3})
     assert (await hooks._registration.get("w1")).status == "terminated"  # type: ignore[union-attr]
     nothing = await hooks.on_action("claim_job", {"pool_id": "jobs", "worker_id": "w1"})

@@ -1,4 +1,7 @@
-"""A flatmachines machine selects the adapter from its YAML (`hooks: args`), with no code of its own."""
+"""A flatmachines machine selects the adapter from its YAML.
+
+`data.hooks` module/class on flatmachines 1.x, `hooks: workhive` on each state on 4.x.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ from pathlib import Path
 
 import pytest
 from flatmachines import FlatMachine
+from fmversion import NAMED_HOOKS, only_1x, with_state_hooks
 
 import workhive
+from workhive_flatmachines import register_hooks
 
 MACHINE = """
 spec: flatmachine
@@ -22,12 +27,7 @@ data:
   context:
     pool_id: "{{{{ input.pool_id }}}}"
     worker_id: "{{{{ input.worker_id }}}}"
-  hooks:
-    module: workhive_flatmachines
-    class: WorkhiveWorkerHooks
-    args:
-      storage: "{url}"
-      lease: 120
+{hooks}
   states:
     start:
       type: initial
@@ -67,10 +67,32 @@ data:
 """
 
 
+HOOKS_1X = """  hooks:
+    module: workhive_flatmachines
+    class: WorkhiveWorkerHooks
+    args:
+      storage: "{url}"
+      lease: 120"""
+HOOKS_4X = 'hooks: {{name: workhive, args: {{storage: "{url}", lease: 120}}}}'
+
+
 def write_machine(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "job_worker.yml"
-    path.write_text(MACHINE.format(url=url))
+    text = MACHINE.format(url=url, hooks="" if NAMED_HOOKS else HOOKS_1X.format(url=url))
+    path.write_text(with_state_hooks(text, HOOKS_4X.format(url=url) if NAMED_HOOKS else ""))
     return path
+
+
+def build(path: Path) -> FlatMachine:
+    if NAMED_HOOKS:
+        from flatmachines import HooksRegistry
+
+        return FlatMachine(config_file=str(path), hooks_registry=register_hooks(HooksRegistry()))
+    return FlatMachine(config_file=str(path))
+
+
+def hooks_of(machine: FlatMachine) -> object:
+    return machine._get_state_hooks("claim_job") if NAMED_HOOKS else machine._hooks  # type: ignore[attr-defined]
 
 
 @pytest.mark.asyncio
@@ -78,19 +100,18 @@ async def test_the_yaml_selects_the_hooks_and_a_job_runs_through_them(tmp_path: 
     url = f"memory://machine-{uuid.uuid4().hex}"
     async with workhive.open(url) as hive:
         pushed = await hive.pool("jobs").push({"doc": 1})
-        machine = FlatMachine(config_file=str(write_machine(tmp_path, url)))
-        assert type(machine._hooks).__name__ == "WorkhiveWorkerHooks"
+        machine = build(write_machine(tmp_path, url))
+        assert type(hooks_of(machine)).__name__ == "WorkhiveWorkerHooks"
         out = await machine.execute(input={"pool_id": "jobs", "worker_id": "w1"})
-        assert out["job_id"] == f"{pushed}.1"
+        assert out["job_id"] == pushed
         item = await hive.pool("jobs").get(pushed)
         assert (item.state, item.claimed_by) == (workhive.ItemState.DONE, "w1")
         assert (await hive.workers.get("w1")).status is workhive.WorkerStatus.STOPPED
-        again = await FlatMachine(config_file=str(write_machine(tmp_path, url))).execute(
-            input={"pool_id": "jobs", "worker_id": "w2"}
-        )
+        again = await build(write_machine(tmp_path, url)).execute(input={"pool_id": "jobs", "worker_id": "w2"})
         assert again == {"status": "no_work_available"}
 
 
+@only_1x  # flatmachines 4.x's runner builds machines without a HooksRegistry: named hooks cannot resolve there
 def test_flatmachines_run_finishes_a_job_and_its_process_exits(tmp_path: Path) -> None:
     """``python -m flatmachines.run`` never closes its hooks: the process must still end, with the job done."""
     url = f"sqlite:///{tmp_path / 'hive.db'}"
@@ -118,7 +139,7 @@ def test_flatmachines_run_finishes_a_job_and_its_process_exits(tmp_path: Path) -
     # flatmachines logs to stdout too; its result is the indented JSON document.
     lines = done.stdout.splitlines()
     document = "\n".join(lines[lines.index("{") : lines.index("}") + 1])
-    assert json.loads(document)["job_id"] == f"{pushed}.1"
+    assert json.loads(document)["job_id"] == pushed
 
     async def state() -> workhive.ItemState:
         async with workhive.open(url) as hive:

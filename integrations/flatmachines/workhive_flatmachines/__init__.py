@@ -1,4 +1,4 @@
-"""workhive-flatmachines: flatmachines 1.0's distributed worker protocols on any workhive storage.
+"""workhive-flatmachines: flatmachines' worker protocols, checkpoints and execution locks on any workhive storage.
 
 >>> from workhive_flatmachines import WorkhiveWorkerHooks  # doctest: +SKIP
 >>> hooks = WorkhiveWorkerHooks(storage="sqlite:///data/workers.db")  # doctest: +SKIP
@@ -14,14 +14,27 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workhive_flatmachines.connection import HiveHandle
-    from workhive_flatmachines.hooks import WorkhiveWorkerHooks
+    from workhive_flatmachines.backends import backends
+    from workhive_flatmachines.checkpoints import WorkhiveExecutionLock, WorkhivePersistence, hive_checkpoints
+    from workhive_flatmachines.connection import HiveHandle, shared_handle
+    from workhive_flatmachines.errors import ClaimLost, ExecutionTakenOver, NotJSON
+    from workhive_flatmachines.hooks import WorkhiveWorkerHooks, register_hooks
     from workhive_flatmachines.importer import ImportReport, import_flatmachines
     from workhive_flatmachines.registration import WorkhiveRegistrationBackend
-    from workhive_flatmachines.work import WorkhiveWorkBackend, WorkhiveWorkPool
+    from workhive_flatmachines.work import ClaimId, WorkhiveWorkBackend, WorkhiveWorkPool
 
 __all__ = [
+    "ClaimId",
+    "ClaimLost",
+    "ExecutionTakenOver",
     "HiveHandle",
+    "NotJSON",
+    "WorkhiveExecutionLock",
+    "WorkhivePersistence",
+    "backends",
+    "hive_checkpoints",
+    "register_hooks",
+    "shared_handle",
     "ImportReport",
     "WorkhiveRegistrationBackend",
     "WorkhiveWorkBackend",
@@ -31,6 +44,16 @@ __all__ = [
 ]
 
 _WHERE = {
+    "ClaimId": "work",
+    "ClaimLost": "errors",
+    "ExecutionTakenOver": "errors",
+    "NotJSON": "errors",
+    "WorkhiveExecutionLock": "checkpoints",
+    "WorkhivePersistence": "checkpoints",
+    "backends": "backends",
+    "hive_checkpoints": "checkpoints",
+    "register_hooks": "hooks",
+    "shared_handle": "connection",
     "HiveHandle": "connection",
     "ImportReport": "importer",
     "WorkhiveRegistrationBackend": "registration",

@@ -17,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import workhive
 from workhive.errors import StorageUnavailable
+from workhive.locks import HeldLock
 from workhive_flatmachines.keeper import LeaseKeeper
 
-__all__ = ["HiveHandle"]
+__all__ = ["HiveHandle", "open_handle", "resolve_storage", "shared_handle"]
 
 log = logging.getLogger("workhive_flatmachines")
 
@@ -64,6 +66,8 @@ class HiveHandle:
         self._ready: asyncio.Future[None] | None = None
         self._closer: AsyncIterator[None] | None = None
         self._keeper: LeaseKeeper | None = None
+        #: execution locks this process holds through the handle, by execution id (see checkpoints)
+        self.held_executions: dict[str, HeldLock] = {}
 
     def __repr__(self) -> str:
         return f"<HiveHandle {self._hive.storage_url or self._hive.storage!r}>"
@@ -148,3 +152,60 @@ class HiveHandle:
         else:
             await self._shutdown()
         self._loop = None
+
+
+def resolve_storage(storage: str | None, options: dict[str, Any]) -> str:
+    """The storage URL to use: ``storage``, else workhive's own settings, as the CLI resolves them.
+
+    ``None`` reads ``WORKHIVE_STORAGE`` (then ``workhive.toml``, then
+    ``sqlite:///.workhive/hive.db``), and fills ``options["locks"]`` the same
+    way, so a machine and ``workhive status`` in one directory see one hive.
+    """
+    if storage is not None:
+        return storage
+    from workhive.config import load_config
+
+    config = load_config()
+    options.setdefault("locks", config["locks"])
+    return str(config["storage"])
+
+
+_SHARED: dict[tuple[int, str, tuple[tuple[str, Any], ...]], HiveHandle] = {}
+
+
+def shared_handle(storage: str | None = None, **options: Any) -> HiveHandle:
+    """The one ``HiveHandle`` of this thread for a storage URL and options (made on first use).
+
+    Every hooks object, backend, checkpoint store and lock built from the same
+    URL in one thread shares it: one hive, one connection pool, one lease
+    keeper, however many states or machines ask for it. Per thread, because a
+    handle serves one event loop at a time and each thread runs its own.
+
+    >>> shared_handle("memory://jobs") is shared_handle("memory://jobs")
+    True
+    """
+    # None means "the default" for every option: one key for a setting given as None or left out.
+    options = {name: value for name, value in options.items() if value is not None}
+    url = resolve_storage(storage, options)
+    try:
+        key = (threading.get_ident(), url, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:  # an unhashable option: a handle of its own
+        return HiveHandle(url, **options)
+    handle = _SHARED.get(key)
+    if handle is None:
+        handle = _SHARED[key] = HiveHandle(url, **options)
+    return handle
+
+
+def open_handle(storage: str | workhive.Hive | HiveHandle | None, options: dict[str, Any]) -> HiveHandle:
+    """The handle for what a backend was given: a handle as is, a Hive wrapped, a URL (or None) the shared one."""
+    if isinstance(storage, HiveHandle):
+        if options:
+            raise workhive.InvalidArgument(
+                f"options {sorted(options)} apply to a storage URL; a HiveHandle passed in keeps its own settings"
+            )
+        return storage
+    if isinstance(storage, workhive.Hive):
+        return HiveHandle(storage, **options)
+    return shared_handle(storage, **options)

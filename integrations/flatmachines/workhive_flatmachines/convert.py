@@ -117,16 +117,11 @@ def push_options(options: Mapping[str, Any] | None, default_attempts: int) -> di
 
 def missing_item(value: object, pool: str) -> KeyError:
     """flatmachines' error for an id this pool cannot act on, saying why."""
-    if isinstance(value, str) and is_item_id(value):
-        why = (
-            "it is an item id as push() returns it, not a claim: complete and fail take the id claim() "
-            f"returned, '{value}.<token>', which carries the claim's fencing token"
-        )
-    elif isinstance(value, str) and RECEIPT_PATTERN.fullmatch(value):
+    if isinstance(value, str) and (is_item_id(value) or RECEIPT_PATTERN.fullmatch(value)):
         why = "no such item in this pool (another pool's claim, or purged)"
     else:
         why = (
-            "not an id this adapter issued (claimed ids look like 'i000000000000002a.3'); ids from a "
+            "not an id this adapter issued (ids look like 'i000000000000002a'); ids from a "
             "flatmachines database are not valid here: move its items with `workhive import flatmachines`"
         )
     return KeyError(f"Work item {value!r} not found in pool {pool!r}: {why}")

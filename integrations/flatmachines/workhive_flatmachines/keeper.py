@@ -52,6 +52,11 @@ class LeaseKeeper:
         entry = self._held.get(receipt)
         return None if entry is None else entry[2]
 
+    def claimed_item(self, pool: str, item_id: str) -> workhive.WorkItem | None:
+        """This process's latest claim on item ``item_id`` of ``pool``, if it holds one."""
+        held = [item for _, p, item in self._held.values() if p == pool and item.id == item_id]
+        return max(held, key=lambda item: item.token) if held else None
+
     def drop(self, receipt: str) -> None:
         """Stop renewing one claim (completed, failed, released or lost)."""
         entry = self._held.pop(receipt, None)

@@ -9,6 +9,8 @@ state, under the namespace ``flatmachines.workers``.
 from __future__ import annotations
 
 import builtins
+import json
+import re
 from typing import Any
 
 from flatmachines.distributed import WorkerFilter as FmWorkerFilter
@@ -16,12 +18,13 @@ from flatmachines.distributed import WorkerRecord as FmWorkerRecord
 from flatmachines.distributed import WorkerRegistration as FmWorkerRegistration
 
 import workhive
-from workhive.errors import WorkerNotFound
+from workhive.errors import InvalidItem, WorkerNotFound
 from workhive.validation import check_positive, to_json
-from workhive_flatmachines.connection import HiveHandle
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.convert import flatmachines_status, iso, statuses_for_filter, workhive_status
+from workhive_flatmachines.errors import NotJSON
 
-__all__ = ["SIDE_NAMESPACE", "WorkhiveRegistrationBackend"]
+__all__ = ["SIDE_NAMESPACE", "WorkhiveRegistrationBackend", "capability_matches"]
 
 #: shared-state namespace for what workhive's registry has no field for
 SIDE_NAMESPACE = "flatmachines.workers"
@@ -43,6 +46,32 @@ def _record(record: workhive.WorkerRecord, side: dict[str, Any] | None) -> FmWor
     )
 
 
+def _like(pattern: str) -> re.Pattern[str]:
+    """SQLite's ``LIKE`` as a regex: ``_`` is any one character, ``%`` any run, ASCII letters fold case."""
+    parts = [".*" if ch == "%" else "." if ch == "_" else re.escape(ch) for ch in pattern]
+    return re.compile("".join(parts), re.ASCII | re.IGNORECASE | re.DOTALL)
+
+
+def capability_matches(wanted: str, capabilities: tuple[str, ...] | list[str]) -> bool:
+    """Whether a worker with ``capabilities`` passes flatmachines' ``WorkerFilter(capability=wanted)``.
+
+    flatmachines' two backends disagree, and both are kept: its memory backend
+    wants exact membership; its SQLite backend runs
+    ``capabilities LIKE '%"<wanted>"%'`` on the list's JSON text, so ``_`` in
+    the filter matches any one character (``"gpu_small"`` finds
+    ``"gpu-small"``), ``%`` any run of them, and ASCII case is ignored.
+
+    >>> capability_matches("gpu_small", ["gpu-small"]), capability_matches("gpu", ["gpu-small"])
+    (True, False)
+    """
+    if wanted in capabilities:
+        return True
+    if not capabilities:
+        return False
+    # json.dumps as flatmachines' SQLite backend stores the list (default separators, ASCII escapes).
+    return _like('%"' + wanted + '"%').fullmatch(json.dumps(list(capabilities))) is not None
+
+
 def _not_found(worker_id: str) -> KeyError:
     return KeyError(f"Worker {worker_id!r} not found: it never registered (register_worker first)")
 
@@ -55,8 +84,8 @@ class WorkhiveRegistrationBackend:
     >>> await registry.heartbeat("w1", {"load": 0.3})  # doctest: +SKIP
     """
 
-    def __init__(self, storage: str | workhive.Hive | HiveHandle, **options: Any) -> None:
-        self.handle = storage if isinstance(storage, HiveHandle) else HiveHandle(storage, **options)
+    def __init__(self, storage: str | workhive.Hive | HiveHandle | None = None, **options: Any) -> None:
+        self.handle = open_handle(storage, options)
 
     def __repr__(self) -> str:
         return f"<WorkhiveRegistrationBackend {self.handle!r}>"
@@ -89,7 +118,10 @@ class WorkhiveRegistrationBackend:
         if metadata:
             if not isinstance(metadata, dict):
                 raise workhive.InvalidArgument(f"metadata must be a dict, got {type(metadata).__name__}")
-            to_json(metadata, "worker metadata")  # refused before anything is written
+            try:
+                to_json(metadata, "worker metadata")  # refused before anything is written
+            except InvalidItem as exc:
+                raise NotJSON(str(exc)) from exc
         hive = await self.handle.hive()
         try:
             await hive.workers.heartbeat(worker_id)
@@ -140,6 +172,6 @@ class WorkhiveRegistrationBackend:
             capability = filter.capability or None
         records = await hive.workers.list(**fields)
         if capability is not None:
-            records = [r for r in records if capability in r.capabilities]
+            records = [r for r in records if capability_matches(capability, r.capabilities)]
         sides = await (await self._side()).items() if records else {}
         return [_record(r, sides.get(r.worker_id)) for r in records]

@@ -1,27 +1,68 @@
 """flatmachines' ``WorkBackend`` and ``WorkPool`` on a workhive hive.
 
-The id a claimed ``WorkItem`` carries is the claim's receipt
-(``"<item id>.<token>"``, see ``workhive.ids``), so flatmachines' id-only
-``complete(item_id)`` and ``fail(item_id)`` are fenced: a worker whose claim
-was released (reaped, lease run out) and handed to another worker gets
-``LeaseLost`` instead of finishing the other worker's job.
+The id a claimed ``WorkItem`` carries is a ``ClaimId``: a ``str`` equal to the
+id ``push`` returned (as with flatmachines' own pools) that also carries the
+claim's fencing token. flatmachines' id-only ``complete(item_id)`` and
+``fail(item_id)`` are therefore fenced whenever the caller holds the claim — it
+passes the ``ClaimId`` it got, or this process's lease keeper holds the claim —
+so a worker whose claim was released (reaped, lease run out) and handed to
+another worker gets ``ClaimLost`` (a ``workhive.LeaseLost`` and a ``KeyError``)
+instead of finishing the other worker's job. A plain id from another process
+(a resumed machine's context, say) acts on the item's current claim, as
+flatmachines' pools do. Receipts (``"<item id>.<token>"``) are accepted too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 from flatmachines.distributed import WorkItem as FmWorkItem
 
 import workhive
-from workhive.errors import ItemNotFound
-from workhive.ids import parse_receipt
-from workhive.validation import check_nonnegative
-from workhive_flatmachines.connection import HiveHandle
+from workhive.errors import InvalidItem, ItemNotFound, LeaseLost
+from workhive.ids import RECEIPT_PATTERN, is_item_id, parse_receipt
+from workhive.validation import check_nonnegative, check_positive
+from workhive_flatmachines.connection import HiveHandle, open_handle
 from workhive_flatmachines.convert import iso, missing_item, push_options
+from workhive_flatmachines.errors import ClaimLost, NotJSON
 
-__all__ = ["WorkhiveWorkBackend", "WorkhiveWorkPool"]
+__all__ = ["ClaimId", "WorkhiveWorkBackend", "WorkhiveWorkPool"]
+
+
+class ClaimId(str):
+    """The id of a claimed job: equal to the id ``push`` returned, carrying the claim's fencing ``token``.
+
+    It compares, hashes, prints and JSON-encodes as the plain item id, so
+    flatmachines code that matches claimed ids against pushed ones keeps
+    working; ``complete``/``fail`` given this object are fenced by its token.
+
+    >>> job = ClaimId("i000000000000002a", 3)
+    >>> (job == "i000000000000002a", job.token, job.receipt)
+    (True, 3, 'i000000000000002a.3')
+    """
+
+    token: int
+
+    def __new__(cls, item_id: str, token: int) -> ClaimId:
+        self = super().__new__(cls, item_id)
+        self.token = token
+        return self
+
+    @property
+    def receipt(self) -> str:
+        """The claim as workhive writes it: ``"<item id>.<token>"``."""
+        return f"{str.__str__(self)}.{self.token}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy/deepcopy/pickle keep the token (flatmachines copies contexts).
+        return (ClaimId, (str.__str__(self), self.token))
+
+
+def _not_json(exc: InvalidItem) -> NotJSON:
+    return NotJSON(str(exc), **{k: v for k, v in vars(exc).items() if k != "message"})
+
 
 _NO_ERROR = "failed (flatmachines gave no error message)"
 
@@ -31,7 +72,7 @@ def _fm_item(item: workhive.WorkItem) -> FmWorkItem:
     if item.lease_expires_at is not None and item.lease_seconds is not None:
         claimed_at = item.lease_expires_at - item.lease_seconds
     return FmWorkItem(
-        id=item.receipt,
+        id=ClaimId(item.id, item.token),
         data=item.data,
         claimed_by=item.claimed_by,
         attempts=item.attempts,
@@ -47,15 +88,18 @@ class WorkhiveWorkPool:
 
     >>> pool = WorkhiveWorkBackend("sqlite:///data/workers.db").pool("papers")  # doctest: +SKIP
     >>> await pool.push({"url": "https://example.com"}, {"max_retries": 5})  # doctest: +SKIP
-    >>> job = await pool.claim("worker-1")   # job.id == 'i0000000000000001.1'  # doctest: +SKIP
+    >>> job = await pool.claim("worker-1")   # job.id == the id push returned  # doctest: +SKIP
     >>> await pool.complete(job.id, {"ok": True})  # doctest: +SKIP
     """
 
-    def __init__(self, handle: HiveHandle, name: str, *, retry_in: float | None = 0.0) -> None:
+    def __init__(
+        self, handle: HiveHandle, name: str, *, retry_in: float | None = 0.0, lease: float | None = None
+    ) -> None:
         handle.pool_name_check(name)
         self.name = name
         self._handle = handle
         self._retry_in = retry_in
+        self._lease = lease
 
     def __repr__(self) -> str:
         return f"<WorkhiveWorkPool {self.name!r} on {self._handle!r}>"
@@ -64,29 +108,43 @@ class WorkhiveWorkPool:
         return (await self._handle.hive()).pool(self.name)
 
     async def push(self, item: Any, options: dict[str, Any] | None = None) -> str:
-        """Add one item; returns its workhive id (its claims get ``"<id>.<token>"``)."""
+        """Add one item; returns its id (``NotJSON``, also a ``TypeError``, for data JSON cannot hold)."""
         kwargs = push_options(options, 3)  # flatmachines' default max_retries
-        return await (await self._pool()).push(item, **kwargs)
+        try:
+            return await (await self._pool()).push(item, **kwargs)
+        except InvalidItem as exc:
+            raise _not_json(exc) from exc
 
     async def claim(self, worker_id: str) -> FmWorkItem | None:
         """Claim the next item with a lease kept alive in the background until it is completed or failed."""
         pool = await self._pool()
-        item = await pool.claim(worker_id)
+        item = await pool.claim(worker_id, lease=self._lease)
         if item is None:
             return None
         (await self._handle.keeper()).hold(worker_id, self.name, item)
         return _fm_item(item)
 
     async def _claimed(self, item_id: str) -> workhive.WorkItem:
-        """The claim ``item_id`` (a receipt) names, as a ``WorkItem`` the pool can fence with."""
+        """The claim ``item_id`` names (a ``ClaimId``, a receipt or a plain id), as a ``WorkItem`` to fence with."""
         keeper = await self._handle.keeper()
-        kept = keeper.claimed(item_id) if isinstance(item_id, str) else None
+        if isinstance(item_id, ClaimId):
+            ident, token = str.__str__(item_id), item_id.token
+        elif isinstance(item_id, str) and RECEIPT_PATTERN.fullmatch(item_id):
+            kept = keeper.claimed(item_id)
+            if kept is not None and kept.pool == self.name:
+                return kept
+            ident, token = parse_receipt(item_id)
+        elif is_item_id(item_id):
+            # A plain id: this process's claim on it if it holds one (fenced), else the current claim.
+            kept = keeper.claimed_item(self.name, item_id)
+            if kept is not None:
+                return kept
+            return await self._current_claim(item_id)
+        else:
+            raise missing_item(item_id, self.name)
+        kept = keeper.claimed(f"{ident}.{token}")
         if kept is not None and kept.pool == self.name:
             return kept
-        try:
-            ident, token = parse_receipt(item_id)
-        except workhive.InvalidArgument:
-            raise missing_item(item_id, self.name) from None
         try:
             current = await (await self._pool()).get(ident)
         except ItemNotFound:
@@ -97,17 +155,40 @@ class WorkhiveWorkPool:
                 f"Work item {item_id!r} not found in pool {self.name!r}: no claim of {ident} ever had token "
                 f"{token} (its latest claim has token {current.token}); pass the id claim() returned"
             )
-        # A claim made by another process (a resumed machine's context): the stored
-        # item with the token the receipt carries; a stale token is refused by the pool.
+        # A claim made by another process: the stored item with the token the id
+        # carries; a stale token is refused by the pool (ClaimLost).
         return attrs.evolve(current, token=token)
 
+    async def _current_claim(self, ident: str) -> workhive.WorkItem:
+        try:
+            current = await (await self._pool()).get(ident)
+        except ItemNotFound:
+            raise missing_item(ident, self.name) from None
+        if current.state is not workhive.ItemState.CLAIMED:
+            raise ClaimLost(
+                f"Work item {ident!r} in pool {self.name!r} is {current.state.value}, not claimed: "
+                + (
+                    "it was completed already"
+                    if current.state is workhive.ItemState.DONE
+                    else "it was poisoned (dead-lettered)"
+                    if current.state is workhive.ItemState.POISONED
+                    else "its claim was released or failed and it waits for a new claim"
+                ),
+                item_id=ident,
+            )
+        return current
+
     async def complete(self, item_id: str, result: Any | None = None) -> None:
-        """Finish the claim ``item_id``; ``LeaseLost`` if it is no longer this claim's, ``KeyError`` if unknown."""
+        """Finish the claim ``item_id``; ``ClaimLost`` (a ``KeyError``) if it is no longer this claim's."""
         claimed = await self._claimed(item_id)
         try:
             await (await self._pool()).complete(claimed, result)
-        finally:
+        except InvalidItem as exc:
+            raise _not_json(exc) from exc
+        except LeaseLost as exc:
             (await self._handle.keeper()).drop(claimed.receipt)
+            raise ClaimLost(str(exc), item_id=claimed.id) from exc
+        (await self._handle.keeper()).drop(claimed.receipt)
 
     async def fail(self, item_id: str, error: str | None = None) -> None:
         """Give the claim back for a retry (behind waiting items), or poison it when its attempts are spent."""
@@ -115,6 +196,8 @@ class WorkhiveWorkPool:
         try:
             text = _NO_ERROR if error is None else str(error)
             await (await self._pool()).fail(claimed, text, retry_in=self._retry_in)
+        except LeaseLost as exc:
+            raise ClaimLost(str(exc), item_id=claimed.id) from exc
         finally:
             (await self._handle.keeper()).drop(claimed.receipt)
 
@@ -135,7 +218,9 @@ class WorkhiveWorkBackend:
     ``lease``: seconds a claim lasts without a heartbeat (renewed every
     ``heartbeat_every``, default a third of it, while the job runs).
     ``retry_in``: seconds a failed item waits before it can be claimed again;
-    None uses the hive's backoff strategy.
+    None uses the hive's backoff strategy. ``leases``: a lease of its own for
+    some pools (``{"pdf-render": 3600}``), for jobs that may block the event
+    loop, and so the background heartbeat, longer than the hive's lease.
 
     >>> work = WorkhiveWorkBackend("sqlite:///data/workers.db")  # doctest: +SKIP
     >>> isinstance(work, flatmachines.WorkBackend)  # doctest: +SKIP
@@ -144,15 +229,17 @@ class WorkhiveWorkBackend:
 
     def __init__(
         self,
-        storage: str | workhive.Hive | HiveHandle,
+        storage: str | workhive.Hive | HiveHandle | None = None,
         *,
         retry_in: float | None = 0.0,
+        leases: Mapping[str, float] | None = None,
         **options: Any,
     ) -> None:
-        self.handle = storage if isinstance(storage, HiveHandle) else HiveHandle(storage, **options)
+        self.handle = open_handle(storage, options)
         if retry_in is not None:
             retry_in = check_nonnegative("retry_in", retry_in)
         self._retry_in = retry_in
+        self._leases = {name: check_positive(f"leases[{name!r}]", s) for name, s in (leases or {}).items()}
         self._pools: dict[str, WorkhiveWorkPool] = {}
 
     def __repr__(self) -> str:
@@ -162,7 +249,9 @@ class WorkhiveWorkBackend:
         """The pool called ``name``; ``InvalidName`` (a ValueError) for a name workhive cannot store."""
         pool = self._pools.get(name)
         if pool is None:
-            pool = self._pools[name] = WorkhiveWorkPool(self.handle, name, retry_in=self._retry_in)
+            pool = self._pools[name] = WorkhiveWorkPool(
+                self.handle, name, retry_in=self._retry_in, lease=self._leases.get(name)
+            )
         return pool
 
     async def aclose(self) -> None:
