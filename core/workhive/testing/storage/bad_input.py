@@ -28,6 +28,7 @@ class BadInputRules(ContractBase):
         ids=["nan", "inf", "set", "object", "bytes", "nested-nan", "nested-object"],
     )
     async def test_non_json_payload_is_refused(self, hive: Hive, payload: Any) -> None:
+        """[V1] a payload that is not JSON raises ``InvalidItem``, alone or in a batch, and nothing is stored."""
         pool = hive.pool("jobs")
         await pool.push("existing")
         before = await self._snapshot(hive)
@@ -41,6 +42,7 @@ class BadInputRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_non_json_result_is_refused_and_the_claim_kept(self, hive: Hive) -> None:
+        """[V1] a result that is not JSON raises ``InvalidItem`` and the claim is kept."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -66,6 +68,10 @@ class BadInputRules(ContractBase):
         ],
     )
     async def test_bad_push_options_are_refused(self, hive: Hive, option: str, value: Any) -> None:
+        """[V1] a bad priority, delay, max_attempts or dedup_key raises ``InvalidArgument``.
+
+        The error names the option, and nothing is stored.
+        """
         pool = hive.pool("jobs")
         await pool.push("existing")
         before = await self._snapshot(hive)
@@ -78,6 +84,10 @@ class BadInputRules(ContractBase):
     @pytest.mark.asyncio
     @pytest.mark.parametrize("lease", [0, -1.0, math.nan, math.inf])
     async def test_bad_lease_is_refused(self, hive: Hive, lease: float) -> None:
+        """[V1] a lease that is not a positive finite number raises ``InvalidArgument``.
+
+        For claim, claim_many and extend; nothing changes.
+        """
         pool = hive.pool("jobs")
         await pool.push("x")
         before = await self._snapshot(hive)
@@ -94,6 +104,7 @@ class BadInputRules(ContractBase):
     @pytest.mark.asyncio
     @pytest.mark.parametrize("n", [0, -1, 10_001, 1.0])
     async def test_bad_claim_count_is_refused(self, hive: Hive, n: Any) -> None:
+        """[V1] ``claim_many`` with a count that is not an int from 1 to 10,000 raises ``InvalidArgument``."""
         pool = hive.pool("jobs")
         await pool.push("x")
         before = await self._snapshot(hive)
@@ -103,6 +114,7 @@ class BadInputRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_bad_fail_and_release_arguments_change_nothing(self, hive: Hive) -> None:
+        """[V1] a bad ``retry_in``, ``delay`` or ``older_than`` raises ``InvalidArgument`` and the claim is kept."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -118,12 +130,17 @@ class BadInputRules(ContractBase):
     @pytest.mark.asyncio
     @pytest.mark.parametrize("name", ["", " jobs", "has space", "-dash-first", "a/b", "x" * 201, 42, None])
     async def test_bad_pool_names_are_refused(self, hive: Hive, name: Any) -> None:
+        """[V1] a bad pool name raises ``InvalidName`` and no pool appears."""
         with pytest.raises(InvalidName):
             hive.pool(name)
         assert await hive.pools() == []
 
     @pytest.mark.asyncio
     async def test_bad_worker_names_and_thresholds_are_refused(self, hive: Hive) -> None:
+        """[V1] bad worker or pool names raise ``InvalidName``; nothing is registered.
+
+        A bad reap threshold raises ``InvalidArgument``, an unknown status ``ValueError``.
+        """
         with pytest.raises(InvalidName):
             await hive.workers.register(worker_id="bad name")
         with pytest.raises(InvalidName):
@@ -136,6 +153,7 @@ class BadInputRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_bad_shared_state_input_is_refused(self, hive: Hive) -> None:
+        """[V1] a bad namespace, a value that is not JSON or a ttl of 0 is refused and nothing is stored."""
         with pytest.raises(InvalidName):
             hive.shared("bad namespace")
         area = hive.shared("ok")

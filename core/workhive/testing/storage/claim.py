@@ -22,6 +22,10 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_claim_takes_a_lease_and_a_token(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[C2] a claim makes the item CLAIMED by the worker under a higher token.
+
+        Attempts + 1, a lease of ``lease`` seconds from now, and what it returns is what is stored.
+        """
         pool = hive.pool("jobs")
         pushed = await pool.get(await pool.push("a"))
         now = await hive.now()
@@ -41,6 +45,7 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_claim_from_an_empty_or_unknown_pool_returns_none(self, hive: Hive) -> None:
+        """[C1] with nothing claimable (no item, or every item held) claim returns None and claim_many an empty list."""
         assert await hive.pool("never-pushed").claim("w1") is None
         assert await hive.pool("never-pushed").claim_many(5, "w1") == []
         pool = hive.pool("jobs")
@@ -50,6 +55,7 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_claim_order_is_priority_then_fifo(self, hive: Hive) -> None:
+        """[C1] higher priority first, then push order."""
         pool = hive.pool("jobs")
         low1 = await pool.push("low1")
         high1 = await pool.push("high1", priority=9)
@@ -63,6 +69,7 @@ class ClaimRules(ContractBase):
     async def test_available_at_orders_items_of_equal_priority(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[C1] among items of one priority, the one available soonest goes first, whatever the push order."""
         pool = hive.pool("jobs")
         later = await pool.push("later", delay=lease)
         sooner = await pool.push("sooner", delay=lease / 2)
@@ -72,6 +79,7 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_priority_beats_an_earlier_available_at(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[C1] priority comes before the time an item became available."""
         pool = hive.pool("jobs")
         old = await pool.push("old")
         await self.elapse(clock, 0.05)
@@ -81,6 +89,7 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_push_many_and_claim_many(self, hive: Hive) -> None:
+        """[C1] ``claim_many`` takes up to ``n`` items in claim order; ``push_many`` returns the ids in order."""
         pool = hive.pool("jobs")
         ids = await pool.push_many([{"i": i} for i in range(7)] + [Job({"i": "top"}, priority=2)])
         assert len(ids) == 8 and len(set(ids)) == 8
@@ -94,6 +103,7 @@ class ClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_claim_is_atomic_under_concurrent_tasks(self, hive: Hive) -> None:
+        """[C3] forty tasks claiming at once take every item exactly once."""
         pool = hive.pool("jobs")
         total = 300
         await pool.push_many(range(total))

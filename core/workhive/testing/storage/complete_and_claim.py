@@ -44,6 +44,7 @@ class CompleteAndClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_and_claim_completes_and_hands_out_the_next(self, hive: Hive) -> None:
+        """[O1] the ack is completed and the next item claimed, as stored, under its own token."""
         pool = hive.pool("jobs")
         first_id, second_id = await pool.push_many(["a", "b"])
         first = await self.must_claim(pool, "w1")
@@ -64,6 +65,7 @@ class CompleteAndClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_and_claim_returns_none_when_nothing_is_left(self, hive: Hive) -> None:
+        """[O1] with nothing left to claim the ack is still completed; a second try is refused."""
         pool = hive.pool("jobs")
         item_id = await pool.push("only")
         item = await self.must_claim(pool)
@@ -78,6 +80,7 @@ class CompleteAndClaimRules(ContractBase):
     async def test_complete_and_claim_with_a_stale_token_claims_nothing(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[O1] a refused ack (stale or forged token) claims nothing and changes nothing."""
         pool = hive.pool("jobs")
         stale, current = await self.superseded_claim(pool, clock, lease)
         waiting_id = await pool.push("y")
@@ -94,6 +97,7 @@ class CompleteAndClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_and_claim_follows_claim_order(self, hive: Hive) -> None:
+        """[O1] the items it hands out come in claim order."""
         pool = hive.pool("jobs")
         await pool.push_many(["low-1", Job("high-1", priority=5), "low-2", Job("high-2", priority=5), "low-3"])
         seen = []
@@ -108,6 +112,7 @@ class CompleteAndClaimRules(ContractBase):
     async def test_complete_and_claim_reclaims_an_expired_lease(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[O1] an expired lease is claimable by it, with a higher token."""
         pool = hive.pool("jobs")
         await pool.push_many(["abandoned", "mine"])
         abandoned = await self.must_claim(pool, "w1", lease=lease)
@@ -125,6 +130,7 @@ class CompleteAndClaimRules(ContractBase):
     async def test_complete_and_claim_poisons_a_spent_expired_lease(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[O1][X3] a spent expired lease ahead in claim order is poisoned, not handed out."""
         pool = hive.pool("jobs")
         await pool.push_many([Job("crashes its worker", max_attempts=1), "fine"])
         crashing = await self.must_claim(pool, "w1", lease=lease)
@@ -137,6 +143,7 @@ class CompleteAndClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_and_claim_under_concurrent_tasks_finishes_each_item_once(self, hive: Hive) -> None:
+        """[O1] tasks looping on it at once finish every item exactly once."""
         pool = hive.pool("jobs")
         await pool.push_many(range(40))
         handled: list[int] = []
@@ -157,6 +164,7 @@ class CompleteAndClaimRules(ContractBase):
     async def test_complete_and_claim_fires_completed_then_claimed(
         self, clock: ManualClock | None, tmp_path: pathlib.Path
     ) -> None:
+        """[O1] the hooks hear the completion of each item before the claim of the next."""
         recorder = _ItemRecorder()
         manager = PluginManager(entry_points=False, extra=[("item-recorder", recorder)])
         async with Hive(self.make_backend(clock, tmp_path), manager=manager) as hive:
@@ -177,6 +185,7 @@ class CompleteAndClaimRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_and_claim_refuses_bad_input_and_keeps_the_claim(self, hive: Hive) -> None:
+        """[O1][V1] a result that is not JSON or a bad lease raises, and the claim is kept."""
         pool = hive.pool("jobs")
         await pool.push_many(["x", "y"])
         item = await self.must_claim(pool)
@@ -194,7 +203,7 @@ class CompleteAndClaimRules(ContractBase):
     async def test_native_complete_and_claim_is_all_or_nothing(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
-        """The optional backend method itself (skipped for backends without it): refusal, and limit > 1."""
+        """[O1] the optional backend method itself (skipped for backends without it): refusal, and limit > 1."""
         backend = hive.storage
         if not isinstance(backend, CompletesAndClaims):
             pytest.skip("this backend has no native complete_and_claim (the facade composes it)")

@@ -22,6 +22,10 @@ class ExpiryRules(ContractBase):
     async def test_expired_lease_is_claimable_again_with_a_higher_token(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[C2][X1] an expired lease is never honoured: the item is claimable again.
+
+        The new claim has a higher token, and the expired attempt still counts.
+        """
         pool = hive.pool("jobs")
         await pool.push("x")
         first = await self.must_claim(pool, "w1", lease=lease)
@@ -36,6 +40,7 @@ class ExpiryRules(ContractBase):
     async def test_repeated_lease_expiry_poisons_the_item(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[X3] an item whose every attempt ended in an expired lease is poisoned and listed as dead."""
         pool = hive.pool("jobs")
         item_id = await pool.push("crashes its worker", max_attempts=2)
         for attempt in (1, 2):

@@ -24,6 +24,10 @@ class FencingRules(ContractBase):
     async def test_stale_token_is_rejected_and_changes_nothing(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[A1] a superseded claim can neither complete, fail, extend nor release, and changes nothing.
+
+        ``LeaseLost`` names the refused claim (``item_id``, ``token``).
+        """
         pool = hive.pool("jobs")
         stale, current = await self.superseded_claim(pool, clock, lease)
         before = await self.raw(hive, "jobs", current.id)
@@ -46,6 +50,7 @@ class FencingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_a_forged_token_is_rejected(self, hive: Hive) -> None:
+        """[A1] a token the item does not hold cannot complete or fail it."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -59,6 +64,7 @@ class FencingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_an_expired_lease_cannot_complete(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[A1] once its lease has expired a claim cannot complete or extend, even if nobody claimed the item since."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool, lease=lease)

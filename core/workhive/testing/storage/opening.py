@@ -42,7 +42,10 @@ class OpeningRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_several_processes_drain_one_pool(self, clock: ManualClock | None, tmp_path: pathlib.Path) -> None:
-        """[M1] "multiprocess": processes sharing a store through the public API never double-claim nor lose an item."""
+        """[C3][M1] "multiprocess": processes sharing one store never double-claim nor lose an item.
+
+        Each process opens the store by ``multiprocess_store`` and drains the pool through the public API.
+        """
         probe = self.make_backend(clock, tmp_path / "probe")
         if "multiprocess" not in probe.capabilities:
             pytest.skip("the backend does not declare the 'multiprocess' capability")

@@ -21,6 +21,7 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_push_stores_a_pending_item(self, hive: Hive) -> None:
+        """[P1] a pushed item is PENDING with no attempts, available from its creation, and reads back as pushed."""
         pool = hive.pool("jobs")
         before = await hive.now()
         item_id = await pool.push({"url": "https://example.com", "n": [1, 2.5, None, True]})
@@ -38,6 +39,10 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_item_ids_have_the_documented_shape_and_are_unique_across_pools(self, hive: Hive) -> None:
+        """[P2] ids have the ``workhive.ids`` shape and never repeat across pools.
+
+        A string of another shape is no item.
+        """
         ids = await hive.pool("a").push_many(["x", "y"]) + await hive.pool("b").push_many(["z"])
         ids.append(await hive.pool("a").push("w", dedup_key="k"))
         for item_id in ids:
@@ -48,6 +53,10 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_delayed_item_waits_for_its_time(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[P1][T1] a delayed item is available at ``created_at + delay``.
+
+        It counts as delayed until then, and is claimable after.
+        """
         pool = hive.pool("jobs")
         item_id = await pool.push("later", delay=lease)
         item = await pool.get(item_id)
@@ -63,6 +72,10 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_dedup_key_returns_the_live_item(self, hive: Hive) -> None:
+        """[P3] a live item (pending or claimed) holds its dedup key: pushing the key again returns it.
+
+        Once the item is done, the key is free.
+        """
         pool = hive.pool("jobs")
         first = await pool.push({"doc": 1}, dedup_key="doc-1")
         assert await pool.push({"doc": "again"}, dedup_key="doc-1") == first
@@ -82,6 +95,7 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_dedup_within_one_batch(self, hive: Hive) -> None:
+        """[P3] a key repeated within one ``push_many`` makes one item, whose id is returned for both."""
         pool = hive.pool("jobs")
         ids = await pool.push_many([Job("a", dedup_key="k"), Job("b"), Job("c", dedup_key="k"), "d"])
         assert len(ids) == 4
@@ -92,6 +106,7 @@ class PushRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_dedup_key_of_a_poisoned_item_is_free(self, hive: Hive) -> None:
+        """[P3] a poisoned item frees its dedup key."""
         pool = hive.pool("jobs")
         first = await pool.push("x", dedup_key="k")
         await pool.fail(await self.must_claim(pool), "boom", poison=True)

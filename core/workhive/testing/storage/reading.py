@@ -32,6 +32,7 @@ class ReadingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_items_lists_by_state_oldest_first(self, hive: Hive) -> None:
+        """[L1] items of one state in push order; an unknown state is refused."""
         pool = hive.pool("jobs")
         ids = await pool.push_many(["a", "b", "c"])
         claimed = await self.must_claim(pool)
@@ -67,6 +68,7 @@ class ReadingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_stats_size_and_pools(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[L3][T1] exact counts per state, ``total``, ``size``, and the sorted pools that hold items."""
         assert await hive.pools() == []
         pool = hive.pool("jobs")
         empty = await hive.pool("empty").stats()
@@ -85,6 +87,7 @@ class ReadingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_oldest_pending_at_is_the_longest_waiting_item(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[T3] ``oldest_pending_at`` is the ``available_at`` of the item that has waited longest."""
         pool = hive.pool("jobs")
         first = await pool.get(await pool.push("a"))
         await self.elapse(clock, 0.05)

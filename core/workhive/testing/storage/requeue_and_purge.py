@@ -21,6 +21,10 @@ class RequeueAndPurgeRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_dead_listing_and_requeue(self, hive: Hive) -> None:
+        """[L1][Q1] poisoned items list in push order, and requeue brings them back.
+
+        Given ids (or all) go back to PENDING with attempts reset and the error kept; an unknown id moves nothing.
+        """
         pool = hive.pool("jobs")
         ids = await pool.push_many(["a", "b", "c", "d"])
         for _ in ids:
@@ -55,6 +59,7 @@ class RequeueAndPurgeRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_purge_deletes_old_finished_items(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[U1] purge deletes DONE and POISONED items finished longer ago than ``older_than``, never live ones."""
         pool = hive.pool("jobs")
         done_id, dead_id, claimed_id, pending_id = await pool.push_many(["done", "dead", "claimed", "pending"])
         await pool.complete(await self.must_claim(pool))

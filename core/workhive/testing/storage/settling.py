@@ -21,6 +21,10 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_keeps_the_result_and_twice_is_rejected(self, hive: Hive) -> None:
+        """[D1] complete makes the item DONE with its result and finish time, lease cleared.
+
+        A second complete of the same claim is refused.
+        """
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -38,6 +42,7 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_complete_without_result(self, hive: Hive) -> None:
+        """[D1] completing without a result stores None."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -48,6 +53,7 @@ class SettlingRules(ContractBase):
     async def test_complete_many_accepts_valid_and_refuses_stale(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[D1] a batch of acks is answered ack by ack: the stale one is refused, the others are kept."""
         pool = hive.pool("jobs")
         await pool.push_many(["a", "b", "c"])
         a = await self.must_claim(pool, "w1", lease=lease)
@@ -65,6 +71,10 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_attempts_count_per_claim_and_fail_poisons_when_spent(self, hive: Hive) -> None:
+        """[D2] every claim counts an attempt; fail retries while attempts are left.
+
+        On the last attempt fail poisons the item; the error is kept either way.
+        """
         pool = hive.pool("jobs")
         item_id = await pool.push("x", max_attempts=3)
         for attempt in (1, 2):
@@ -87,6 +97,7 @@ class SettlingRules(ContractBase):
     async def test_fail_schedules_a_retry_after_the_delay(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[D2] a failed item is PENDING again at ``now + retry_in``, without holder or lease."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool)
@@ -105,6 +116,7 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_fail_with_poison_dead_letters_at_once(self, hive: Hive) -> None:
+        """[D2] ``poison=True`` poisons the item whatever attempts are left."""
         pool = hive.pool("jobs")
         await pool.push("x", max_attempts=10)
         item = await self.must_claim(pool)
@@ -115,6 +127,7 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_release_refunds_the_attempt(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[D3] release makes the item PENDING at ``now + delay``, gives the attempt back and counts a release."""
         pool = hive.pool("jobs")
         await pool.push("x", max_attempts=1)
         item = await self.must_claim(pool)
@@ -133,6 +146,7 @@ class SettlingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_extend_moves_the_expiry(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[E1] extend sets the expiry to ``now + lease`` and returns it; the item stays held past the first lease."""
         pool = hive.pool("jobs")
         await pool.push("x")
         item = await self.must_claim(pool, lease=lease)

@@ -19,6 +19,7 @@ class SharedStateRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_shared_state_put_get_scan_delete(self, hive: Hive) -> None:
+        """[K1] put, get, items and delete within a namespace; namespaces do not see each other."""
         cooldowns = hive.shared("cooldowns")
         other = hive.shared("other")
         await cooldowns.put("key-1", {"until": 12.5})
@@ -36,6 +37,7 @@ class SharedStateRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_shared_state_expires(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[K1] a key with a ttl reads as absent once it has passed, for get, items and delete."""
         area = hive.shared("cooldowns")
         await area.put("short", 1, ttl=lease)
         await area.put("long", 2, ttl=lease * 100)

@@ -21,11 +21,13 @@ class WaitingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_wait_for_work_returns_within_its_timeout(self, hive: Hive) -> None:
+        """[N1] ``wait_for_work`` returns once its timeout has passed, also for a timeout of 0."""
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0.05), timeout=10)
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0), timeout=10)
 
     @pytest.mark.asyncio
     async def test_wait_for_work_wakes_on_push(self, hive: Hive) -> None:
+        """[N1] with ``notify``, a push wakes a waiter long before its timeout."""
         if "notify" not in hive.storage.capabilities:
             pytest.skip("backend does not declare the 'notify' capability")
         pool = hive.pool("jobs")

@@ -36,6 +36,10 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_register_get_list_and_status(self, hive: Hive, clock: ManualClock | None) -> None:
+        """[L2][W1][W2] register makes a STARTING record at now; get, list and status updates read it back.
+
+        List filters by host, pool and status; an unknown worker raises ``WorkerNotFound``.
+        """
         workers = hive.workers
         now = await hive.now()
         one = await workers.register(worker_id="w1", host="h1", pid=11, pools=["a"], capabilities=["llm"])
@@ -60,6 +64,7 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_reregister_resets_the_record(self, hive: Hive) -> None:
+        """[W1] registering an existing worker replaces its record: STARTING again, with the new pools."""
         await hive.workers.register(worker_id="w1", pools=["a"])
         await hive.workers.update_status("w1", "busy")
         again = await hive.workers.register(worker_id="w1", pools=["b"])
@@ -68,6 +73,7 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_list_workers_stale_for(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
+        """[W6] ``stale_for`` lists the workers whose last heartbeat is at least that old."""
         await hive.workers.register(worker_id="quiet")
         await self.elapse(clock, lease * 1.5)
         await hive.workers.register(worker_id="fresh")
@@ -77,6 +83,10 @@ class WorkerRules(ContractBase):
     async def test_heartbeat_extends_the_workers_leases_in_every_pool(
         self, hive: Hive, clock: ManualClock | None, lease: float
     ) -> None:
+        """[W3] a heartbeat renews the worker's leases in every pool by their ``lease_seconds``.
+
+        Another worker's leases are not renewed.
+        """
         a, b = hive.pool("a"), hive.pool("b")
         await hive.workers.register(worker_id="w1")
         await hive.workers.register(worker_id="w2")
@@ -132,6 +142,10 @@ class WorkerRules(ContractBase):
     async def test_reap_releases_a_lost_workers_items_in_every_pool(
         self, clock: ManualClock | None, tmp_path: pathlib.Path, lease: float
     ) -> None:
+        """[W5] reap marks a silent worker LOST and releases its claims in every pool.
+
+        The attempt is spent (a spent item is poisoned); the ``workhive_worker_lost`` hook hears it once.
+        """
         recorder = _LostRecorder()
         manager = PluginManager(entry_points=False, extra=[("lost-recorder", recorder)])
         async with Hive(self.make_backend(clock, tmp_path), manager=manager) as hive:
@@ -201,6 +215,7 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_deregister_refunds_and_stops(self, hive: Hive) -> None:
+        """[R1][W5] deregister refunds the worker's claims and marks it STOPPED, which reap then skips."""
         pool = hive.pool("jobs")
         await hive.workers.register(worker_id="w1")
         await pool.push("x")
@@ -213,6 +228,10 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_release_by_worker_spends_or_refunds(self, hive: Hive) -> None:
+        """[R1] with ``spend_attempt`` the attempt is kept (spent items poisoned), else refunded.
+
+        Other workers' claims stay.
+        """
         pool = hive.pool("jobs")
         await pool.push_many([Job("one-shot", max_attempts=1), "a", "b"])
         mine = await pool.claim_many(2, "w1")
@@ -233,6 +252,7 @@ class WorkerRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_release_by_worker_across_pools(self, hive: Hive) -> None:
+        """[R1] with no pool, release_by_worker releases the worker's claims in every pool."""
         a, b = hive.pool("a"), hive.pool("b")
         await a.push(1)
         await b.push(2)
