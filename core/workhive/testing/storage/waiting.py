@@ -21,7 +21,7 @@ class WaitingRules(ContractBase):
 
     @pytest.mark.asyncio
     async def test_wait_for_work_returns_within_its_timeout(self, hive: Hive) -> None:
-        """[N1] ``wait_for_work`` returns once its timeout has passed, also for a timeout of 0."""
+        """[N1] ``wait_for_work`` returns by the end of its timeout, also for a timeout of 0."""
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0.05), timeout=10)
         await asyncio.wait_for(hive.pool("idle").wait_for_work(0), timeout=10)
 
