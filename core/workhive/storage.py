@@ -10,144 +10,192 @@ batched acks through ``complete`` taking many, ``LISTEN/NOTIFY`` behind
 
 Every rule below is checked by ``workhive.testing`` (``StorageContract``;
 test names without their ``test_`` prefix; [model] = ``StorageStatefulContract``,
-which runs on every backend). Work down the table; each rule has an id the
-tests cite in their docstrings.
+which runs on every backend). Work down the table, one family at a time: the
+file column names the module of ``workhive/testing/storage/`` that holds the
+family's tests (``__init__.py`` there lists the families in this order). Every
+test's docstring starts with the ids of the rules it checks, and the table
+names it under each of them (``tests/core/test_contract_table.py`` keeps the
+two in step).
 
 Times are the backend's (``await now()``), never the caller's. "Live" means
 PENDING or CLAIMED. The facade validates every argument first, so a backend
 sees only valid input.
 
-==========================  ====  ==========================================================  =========================================
-method                      id    rule                                                        checked by
-==========================  ====  ==========================================================  =========================================
-factory (plugin)            F1    ``factory(url, *, create=True, clock=None, ...)``: with      create_false_opens_only_an_existing_hive
-                                  ``create=False`` a hive that does not exist raises
-                                  ``HiveNotFound`` naming the place (never a secret) and
-                                  creates nothing (no file, directory, schema or key); an
-                                  existing one opens. Unknown options: ``ConfigError``        (unknown options: each plugin's own tests)
-                                  naming them.
-factory (plugin)            F2    Embedded backends take ``clock=`` (a callable returning     every test (ManualClock), [model]
-                                  seconds); server backends take ``clock_offset=`` (a
-                                  callable; seconds added to every server time they read).
-                                  The suite passes ``ManualClock`` / ``clock.offset``; a
-                                  server backend's subclasses set ``clock_drift``.
-factory (plugin)            F3    URLs: ``scheme:///relative/path`` is relative to the        (sqlite's own tests)
-                                  current directory, ``scheme:////absolute/path`` absolute;
-                                  options after ``?``; malformed: ``ConfigError`` saying the
-                                  expected form.
-any                         F4    ``StorageUnavailable``: the store cannot be reached or      (each backend's own tests)
-                                  opened (``OutcomeUnknown`` if a write may or may not have
-                                  been applied); ``StorageCorrupt``/``SchemaVersionError``:
-                                  data not understood; other ``StorageError``: any other
-                                  storage failure. Never a driver's own exception.
-Hive()                      F5    every method below exists and is ``async def``;            (core: test_backend_check)
-                                  ``capabilities`` is a frozenset of str
-                                  (``"notify"``, ``"multiprocess"``).
-push                        P1    new items PENDING, ``attempts=0``, ``available_at =         push_stores_a_pending_item,
-                                  now + delay``, ids returned in order.                       delayed_item_waits_for_its_time
-push                        P2    ids have the ``workhive.ids`` shape and are unique across    item_ids_have_the_documented_shape...,
-                                  every pool of the hive, never reused (not after purge).     [model]
-push                        P3    ``dedup_key``: if a live item of the pool holds the key,     dedup_key_returns_the_live_item,
-                                  no item is made and its id is returned (within a batch      dedup_within_one_batch,
-                                  too); DONE/POISONED items free their key.                   dedup_key_of_a_poisoned_item_is_free, [model]
-claim                       C1    takes up to ``limit`` claimable items: PENDING with         claim_order_is_priority_then_fifo,
-                                  ``available_at <= now``, or CLAIMED with an expired lease   available_at_orders_items_of_equal_priority,
-                                  and attempts left; order: priority (higher first), then     priority_beats_an_earlier_available_at,
-                                  when it became available, then push order.                  push_many_and_claim_many, [model]
-claim                       C2    each: CLAIMED, ``claimed_by``, ``attempts += 1``, token     claim_takes_a_lease_and_a_token,
-                                  above any it had, ``lease_seconds = lease``,                expired_lease_is_claimable_again...
-                                  ``lease_expires_at = now + lease``; ``available_at`` kept.
-claim                       C3    one item is never under two unexpired leases, across        claim_is_atomic_under_concurrent_tasks,
-                                  tasks, processes and machines.                              several_processes_drain_one_pool (M1)
-claim                       C4    each returned item equals a later ``get`` field for field.  claimed_items_equal_a_later_get...
-any settling call           A1    complete/fail/extend/release act only on a CLAIMED item of  stale_token_is_rejected..., a_lease_ends_exactly_at_its_expiry,
-                                  *that pool* whose token matches and whose lease has not     a_forged_token_is_rejected,
-                                  expired (``lease_expires_at > now``); otherwise they        a_forged_token_cannot_release_or_extend,
-                                  change nothing and return ``False``/``None`` (the facade    an_expired_lease_cannot_complete,
-                                  raises ``LeaseLost``).                                      an_expired_claim_cannot_fail_or_release,
-                                                                                              acting_through_another_pool..., [model]
-complete                    D1    DONE, ``result`` and ``finished_at = now`` kept,            complete_keeps_the_result...,
-                                  ``claimed_by`` kept, lease fields cleared; per-ack          complete_many_accepts_valid_and_refuses_stale
-                                  answers in a batch.
-fail                        D2    ``error`` kept; POISONED (``finished_at = now``) if          attempts_count_per_claim...,
-                                  ``poison`` or ``attempts >= max_attempts``, else PENDING    fail_schedules_a_retry_after_the_delay,
-                                  at ``now + retry_in``; returns the new state.               fail_with_poison_dead_letters_at_once
-release                     D3    PENDING at ``now + delay``, ``attempts -= 1``,              release_refunds_the_attempt
-                                  ``releases += 1``.
-extend                      E1    ``lease_expires_at = now + lease`` (returned) and           extend_moves_the_expiry,
-                                  ``lease_seconds = lease`` (heartbeats renew by it).         extend_sets_the_lease_that_heartbeats_renew
-extend                      E2    an extended lease still expires at its new time.            an_extended_lease_still_expires
-state                       S1    PENDING items have no ``claimed_by`` and no lease fields;   leaving_claimed_clears_the_lease..., [model]
-                                  DONE/POISONED keep ``claimed_by`` (last holder), clear
-                                  the lease fields.
-expiry                      X1    an expired lease may be settled lazily (read as CLAIMED     expired_lease_is_claimable_again..., [model]
-                                  until something looks), but is never honoured.
-expiry                      X2    a settled expiry is PENDING available from its expiry       an_expired_claim_is_available_from_its_expiry...,
-                                  time (not from when it was noticed), attempts kept.         [model]
-expiry                      X3    with ``attempts >= max_attempts`` it becomes POISONED       repeated_lease_expiry_poisons_the_item,
-                                  instead, ``error`` containing "lease expired",              an_expired_lease_poisons_with_a_lease_expired_error,
-                                  ``finished_at`` between the expiry and now. Poisoned        complete_and_claim_poisons_a_spent_expired_lease,
-                                  leases never count against a claim's ``limit``.             a_spent_expired_lease_first_in_order...
-get                         G1    ``get(pool, id)``: that pool's item or None (an id of       get_is_scoped_to_its_pool, [model]
-                                  another pool, or of another shape, is None).
-list_items                  L1    items of one state in push order, ``limit``/``offset``.     items_lists_by_state_oldest_first,
-                                                                                              listing_orders, dead_listing_and_requeue
-list_workers                L2    in registration order (re-registering moves a worker to     listing_orders, register_get_list_and_status
-                                  the end); filters as ``WorkerFilter.matches``.
-pools                       L3    sorted names of the pools that hold at least one item.      stats_size_and_pools, listing_orders, [model]
-requeue                     Q1    POISONED items (given ids, or all) to PENDING, now,         dead_listing_and_requeue, [model]
-                                  ``attempts = 0``, ``finished_at``/``claimed_by`` cleared,
-                                  ``error`` kept; unknown or repeated ids ignored; count.
-requeue                     Q2    a requeued item holds its dedup key again (unless another   requeue_restores_the_dedup_key, [model]
-                                  live item took it meanwhile).
-release_by_worker           R1    every item CLAIMED by the worker in *that* pool (all        release_by_worker_spends_or_refunds,
-                                  pools when None) back to PENDING now; ``spend_attempt``:    release_by_worker_across_pools,
-                                  attempts kept and spent items POISONED; else refunded.      release_by_worker_of_one_pool_leaves_the_others,
-                                  Returns the count of both.                                  [model]
-release_by_worker           R2    a refunded claim counts in ``releases``; a spent one not.   release_by_worker_counts_refunds_as_releases
-purge                       U1    deletes DONE/POISONED items with ``finished_at <            purge_deletes_old_finished_items,
-                                  now - older_than`` (by finish time, never creation time;    purge_ages_items_by_when_they_finished,
-                                  strictly older); returns the count.                         purge_takes_only_items_finished_more..., [model]
-stats                       T1    pending = ready PENDING, delayed = PENDING not yet due,     stats_size_and_pools, delayed_item_waits...,
-                                  claimed, done, poisoned: exact counts.                      [model]
-stats                       T2    an expired lease counts as what it has become: pending      stats_counts_an_expired_claim_as_what_it_has_become,
-                                  (ready since its expiry) or poisoned if spent; never        [model]
-                                  claimed.
-stats                       T3    ``oldest_pending_at`` = min ``available_at`` over ready     oldest_pending_at_is_when_a_ready_item_became_available,
-                                  items (expired claims: their expiry); None when none.       oldest_pending_at_is_the_longest_waiting_item, [model]
-wait_for_work               N1    returns within ``timeout``; with ``"notify"`` a push        wait_for_work_returns_within_its_timeout,
-                                  wakes it.                                                   wait_for_work_wakes_on_push
-wait_for_work               N2    with ``"notify"``, a delayed item coming due or a lease     wait_for_work_wakes_when_a_delayed_item...
-                                  expiring wakes it too (no push happens for those).
-register_worker             W1    insert or replace: STARTING, ``registered_at =              register_get_list_and_status,
-                                  last_heartbeat = now``.                                     reregister_resets_the_record
-heartbeat                   W2    ``last_heartbeat = now``; LOST: ``WorkerLost``; unknown:    register_get_list_and_status, [model]
-                                  ``WorkerNotFound``; returns the record.
-heartbeat                   W3    renews every *unexpired* lease of the worker in every       heartbeat_extends_the_workers_leases_in_every_pool,
-                                  pool by its ``lease_seconds``; the renewed lease still      a_heartbeaten_lease_still_expires..., [model]
-                                  expires when beats stop; expired ones are not revived.
-set_worker_status           W4    sets status and detail; unknown worker: ``WorkerNotFound``  set_worker_status_of_an_unknown_worker_raises
-                                  and nothing registered.
-reap                        W5    workers not LOST or STOPPED with ``now - last_heartbeat >   reap_releases_a_lost_workers_items_in_every_pool,
-                                  threshold`` (strictly): each, atomically, LOST and          reap_is_strictly_older_and_stale_for_is_at_least,
-                                  ``release_by_worker(None, id, spend_attempt=True)``;        reap_skips_stopped_and_lost_workers...,
-                                  ``ReapedWorker(id, last_heartbeat, released, poisoned)``    deregister_refunds_and_stops, [model]
-                                  where ``released`` excludes the poisoned.
-list_workers                W6    ``WorkerFilter.stale_for``: ``now - last_heartbeat >=       reap_is_strictly_older_and_stale_for_is_at_least,
-                                  stale_for`` (inclusive, unlike reap).                       list_workers_stale_for
-state_*                     K1    namespaced key/value (JSON text), optional ttl on the       shared_state_put_get_scan_delete,
-                                  backend's clock; a key reads as absent from ``now + ttl``   shared_state_expires,
-                                  on (get, scan, delete).                                     shared_state_expires_exactly_at_its_ttl
-complete_and_claim          O1    optional (``CompletesAndClaims``): complete one ack and,    complete_and_claim_* (9 tests)
-                                  only if accepted, claim, atomically; refused: nothing
-                                  changes.
-take_budget                 O2    optional (``workhive.budgets.TakesBudget``): GCRA rate     ``workhive.testing.budgets.BudgetContract``
-                                  budgets; reserve the soonest of several choices within
-                                  ``max_wait`` atomically, on the backend's clock.
-"multiprocess"              M1    declared only if processes opening the same store (the     several_processes_drain_one_pool
-                                  subclass's ``multiprocess_store``) never double-claim or
-                                  lose an item.
-==========================  ====  ==========================================================  =========================================
+======================  ====  ==================  ==========================================================  ==========================================================================
+file                    id    method              rule                                                        checked by
+======================  ====  ==================  ==========================================================  ==========================================================================
+opening.py              F1    factory (plugin)    ``factory(url, *, create=True, clock=None, ...)``: with     (unknown options: each plugin's own tests),
+                                                  ``create=False`` a hive that does not exist raises          create_false_opens_only_an_existing_hive
+                                                  ``HiveNotFound`` naming the place (never a secret) and
+                                                  creates nothing (no file, directory, schema or key); an
+                                                  existing one opens. Unknown options: ``ConfigError``
+                                                  naming them.
+                        F2    factory (plugin)    Embedded backends take ``clock=`` (a callable returning     (every test: ManualClock),
+                                                  seconds); server backends take ``clock_offset=`` (a         [model]
+                                                  callable; seconds added to every server time they read).
+                                                  The suite passes ``ManualClock`` / ``clock.offset``; a
+                                                  server backend's subclasses set ``clock_drift``.
+                        F3    factory (plugin)    URLs: ``scheme:///relative/path`` is relative to the        (sqlite's own tests)
+                                                  current directory, ``scheme:////absolute/path`` absolute;
+                                                  options after ``?``; malformed: ``ConfigError`` saying the
+                                                  expected form.
+                        F4    any                 ``StorageUnavailable``: the store cannot be reached or      (each backend's own tests)
+                                                  opened (``OutcomeUnknown`` if a write may or may not have
+                                                  been applied); ``StorageCorrupt``/``SchemaVersionError``:
+                                                  data not understood; other ``StorageError``: any other
+                                                  storage failure. Never a driver's own exception.
+                        F5    Hive()              every method below exists and is ``async def``;             (core: test_backend_check)
+                                                  ``capabilities`` is a frozenset of str
+                                                  (``"notify"``, ``"multiprocess"``).
+                        M1    "multiprocess"      declared only if processes opening the same store (the      several_processes_drain_one_pool
+                                                  subclass's ``multiprocess_store``) never double-claim or
+                                                  lose an item.
+
+push.py                 P1    push                new items PENDING, ``attempts=0``, ``available_at =         push_stores_a_pending_item,
+                                                  now + delay``, ids returned in order.                       delayed_item_waits_for_its_time
+                        P2    push                ids have the ``workhive.ids`` shape and are unique across   item_ids_have_the_documented_shape_and_are_unique_across_pools,
+                                                  every pool of the hive, never reused (not after purge).     [model]
+                        P3    push                ``dedup_key``: if a live item of the pool holds the key,    dedup_key_returns_the_live_item,
+                                                  no item is made and its id is returned (within a batch      dedup_within_one_batch,
+                                                  too); DONE/POISONED items free their key.                   dedup_key_of_a_poisoned_item_is_free,
+                                                                                                              [model]
+
+claim.py                C1    claim               takes up to ``limit`` claimable items: PENDING with         claim_from_an_empty_or_unknown_pool_returns_none,
+                                                  ``available_at <= now``, or CLAIMED with an expired lease   claim_order_is_priority_then_fifo,
+                                                  and attempts left; order: priority (higher first), then     available_at_orders_items_of_equal_priority,
+                                                  when it became available, then push order.                  priority_beats_an_earlier_available_at,
+                                                                                                              push_many_and_claim_many,
+                                                                                                              a_lease_ends_exactly_at_its_expiry,
+                                                                                                              a_spent_expired_lease_first_in_order_does_not_hide_the_items_after_it,
+                                                                                                              [model]
+                        C2    claim               each: CLAIMED, ``claimed_by``, ``attempts += 1``, token     claim_takes_a_lease_and_a_token,
+                                                  above any it had, ``lease_seconds = lease``,                expired_lease_is_claimable_again_with_a_higher_token
+                                                  ``lease_expires_at = now + lease``; ``available_at`` kept.
+                        C3    claim               one item is never under two unexpired leases, across        several_processes_drain_one_pool,
+                                                  tasks, processes and machines.                              claim_is_atomic_under_concurrent_tasks
+                        C4    claim               each returned item equals a later ``get`` field for field.  claimed_items_equal_a_later_get_field_for_field
+
+fencing.py              A1    any settling call   complete/fail/extend/release act only on a CLAIMED item of  stale_token_is_rejected_and_changes_nothing,
+                                                  *that pool* whose token matches and whose lease has not     a_forged_token_is_rejected,
+                                                  expired (``lease_expires_at > now``); otherwise they        an_expired_lease_cannot_complete,
+                                                  change nothing and return ``False``/``None`` (the facade    acting_through_another_pool_changes_nothing,
+                                                  raises ``LeaseLost``).                                      an_expired_claim_cannot_fail_or_release,
+                                                                                                              a_lease_ends_exactly_at_its_expiry,
+                                                                                                              a_forged_token_cannot_release_or_extend,
+                                                                                                              [model]
+
+settling.py             D1    complete            DONE, ``result`` and ``finished_at = now`` kept,            complete_keeps_the_result_and_twice_is_rejected,
+                                                  ``claimed_by`` kept, lease fields cleared; per-ack          complete_without_result,
+                                                  answers in a batch.                                         complete_many_accepts_valid_and_refuses_stale
+                        D2    fail                ``error`` kept; POISONED (``finished_at = now``) if         attempts_count_per_claim_and_fail_poisons_when_spent,
+                                                  ``poison`` or ``attempts >= max_attempts``, else PENDING    fail_schedules_a_retry_after_the_delay,
+                                                  at ``now + retry_in``; returns the new state.               fail_with_poison_dead_letters_at_once
+                        D3    release             PENDING at ``now + delay``, ``attempts -= 1``,              release_refunds_the_attempt
+                                                  ``releases += 1``.
+                        E1    extend              ``lease_expires_at = now + lease`` (returned) and           extend_moves_the_expiry,
+                                                  ``lease_seconds = lease`` (heartbeats renew by it).         extend_sets_the_lease_that_heartbeats_renew
+                        E2    extend              an extended lease still expires at its new time.            an_extended_lease_still_expires
+                        S1    state               PENDING items have no ``claimed_by`` and no lease fields;   leaving_claimed_clears_the_lease_and_pending_clears_the_holder,
+                                                  DONE/POISONED keep ``claimed_by`` (last holder), clear      [model]
+                                                  the lease fields.
+
+expiry.py               X1    expiry              an expired lease may be settled lazily (read as CLAIMED     expired_lease_is_claimable_again_with_a_higher_token,
+                                                  until something looks), but is never honoured.              [model]
+                        X2    expiry              a settled expiry is PENDING available from its expiry       an_expired_claim_is_available_from_its_expiry_not_from_when_it_is_noticed,
+                                                  time (not from when it was noticed), attempts kept.         [model]
+                        X3    expiry              with ``attempts >= max_attempts`` it becomes POISONED       repeated_lease_expiry_poisons_the_item,
+                                                  instead, ``error`` containing "lease expired",              an_expired_lease_poisons_with_a_lease_expired_error,
+                                                  ``finished_at`` between the expiry and now. Poisoned        a_spent_expired_lease_first_in_order_does_not_hide_the_items_after_it,
+                                                  leases never count against a claim's ``limit``.             complete_and_claim_poisons_a_spent_expired_lease
+
+reading.py              G1    get                 ``get(pool, id)``: that pool's item or None (an id of       get_is_scoped_to_its_pool,
+                                                  another pool, or of another shape, is None).                [model]
+                        L1    list_items          items of one state in push order, ``limit``/``offset``.     items_lists_by_state_oldest_first,
+                                                                                                              listing_orders,
+                                                                                                              dead_listing_and_requeue
+                        L2    list_workers        in registration order (re-registering moves a worker to     listing_orders,
+                                                  the end); filters as ``WorkerFilter.matches``.              register_get_list_and_status
+                        L3    pools               sorted names of the pools that hold at least one item.      listing_orders,
+                                                                                                              stats_size_and_pools,
+                                                                                                              [model]
+                        T1    stats               pending = ready PENDING, delayed = PENDING not yet due,     delayed_item_waits_for_its_time,
+                                                  claimed, done, poisoned: exact counts.                      stats_size_and_pools,
+                                                                                                              [model]
+                        T2    stats               an expired lease counts as what it has become: pending      stats_counts_an_expired_claim_as_what_it_has_become,
+                                                  (ready since its expiry) or poisoned if spent; never        [model]
+                                                  claimed.
+                        T3    stats               ``oldest_pending_at`` = min ``available_at`` over ready     oldest_pending_at_is_the_longest_waiting_item,
+                                                  items (expired claims: their expiry); None when none.       oldest_pending_at_is_when_a_ready_item_became_available,
+                                                                                                              [model]
+
+requeue_and_purge.py    Q1    requeue             POISONED items (given ids, or all) to PENDING, now,         dead_listing_and_requeue,
+                                                  ``attempts = 0``, ``finished_at``/``claimed_by`` cleared,   [model]
+                                                  ``error`` kept; unknown or repeated ids ignored; count.
+                        Q2    requeue             a requeued item holds its dedup key again (unless another   requeue_restores_the_dedup_key,
+                                                  live item took it meanwhile).                               [model]
+                        U1    purge               deletes DONE/POISONED items with ``finished_at <            purge_deletes_old_finished_items,
+                                                  now - older_than`` (by finish time, never creation time;    purge_ages_items_by_when_they_finished,
+                                                  strictly older); returns the count.                         purge_takes_only_items_finished_more_than_older_than_ago,
+                                                                                                              [model]
+
+workers.py              W1    register_worker     insert or replace: STARTING, ``registered_at =              register_get_list_and_status,
+                                                  last_heartbeat = now``.                                     reregister_resets_the_record
+                        W2    heartbeat           ``last_heartbeat = now``; LOST: ``WorkerLost``; unknown:    register_get_list_and_status,
+                                                  ``WorkerNotFound``; returns the record.                     [model]
+                        W3    heartbeat           renews every *unexpired* lease of the worker in every       heartbeat_extends_the_workers_leases_in_every_pool,
+                                                  pool by its ``lease_seconds``; the renewed lease still      a_heartbeaten_lease_still_expires_and_an_expired_one_is_not_renewed,
+                                                  expires when beats stop; expired ones are not revived.      [model]
+                        W4    set_worker_status   sets status and detail; unknown worker: ``WorkerNotFound``  set_worker_status_of_an_unknown_worker_raises
+                                                  and nothing registered.
+                        W5    reap                workers not LOST or STOPPED with ``now - last_heartbeat >   reap_releases_a_lost_workers_items_in_every_pool,
+                                                  threshold`` (strictly): each, atomically, LOST and          reap_is_strictly_older_and_stale_for_is_at_least,
+                                                  ``release_by_worker(None, id, spend_attempt=True)``;        reap_skips_stopped_and_lost_workers_and_takes_every_other_status,
+                                                  ``ReapedWorker(id, last_heartbeat, released, poisoned)``    deregister_refunds_and_stops,
+                                                  where ``released`` excludes the poisoned.                   [model]
+                        W6    list_workers        ``WorkerFilter.stale_for``: ``now - last_heartbeat >=       list_workers_stale_for,
+                                                  stale_for`` (inclusive, unlike reap).                       reap_is_strictly_older_and_stale_for_is_at_least
+                        R1    release_by_worker   every item CLAIMED by the worker in *that* pool (all        deregister_refunds_and_stops,
+                                                  pools when None) back to PENDING now; ``spend_attempt``:    release_by_worker_spends_or_refunds,
+                                                  attempts kept and spent items POISONED; else refunded.      release_by_worker_across_pools,
+                                                  Returns the count of both.                                  release_by_worker_of_one_pool_leaves_the_others,
+                                                                                                              [model]
+                        R2    release_by_worker   a refunded claim counts in ``releases``; a spent one not.   release_by_worker_counts_refunds_as_releases
+
+shared_state.py         K1    state_*             namespaced key/value (JSON text), optional ttl on the       shared_state_put_get_scan_delete,
+                                                  backend's clock; a key reads as absent from ``now + ttl``   shared_state_expires,
+                                                  on (get, scan, delete).                                     shared_state_expires_exactly_at_its_ttl
+
+waiting.py              N1    wait_for_work       returns within ``timeout``; with ``"notify"`` a push        wait_for_work_returns_within_its_timeout,
+                                                  wakes it.                                                   wait_for_work_wakes_on_push
+                        N2    wait_for_work       with ``"notify"``, a delayed item coming due or a lease     wait_for_work_wakes_when_a_delayed_item_or_a_lease_comes_due
+                                                  expiring wakes it too (no push happens for those).
+
+complete_and_claim.py   O1    complete_and_claim  optional (``CompletesAndClaims``): complete one ack and,    complete_and_claim_completes_and_hands_out_the_next,
+                                                  only if accepted, claim, atomically; refused: nothing       complete_and_claim_returns_none_when_nothing_is_left,
+                                                  changes.                                                    complete_and_claim_with_a_stale_token_claims_nothing,
+                                                                                                              complete_and_claim_follows_claim_order,
+                                                                                                              complete_and_claim_reclaims_an_expired_lease,
+                                                                                                              complete_and_claim_poisons_a_spent_expired_lease,
+                                                                                                              complete_and_claim_under_concurrent_tasks_finishes_each_item_once,
+                                                                                                              complete_and_claim_fires_completed_then_claimed,
+                                                                                                              complete_and_claim_refuses_bad_input_and_keeps_the_claim,
+                                                                                                              native_complete_and_claim_is_all_or_nothing
+
+../budgets.py           O2    take_budget         optional (``workhive.budgets.TakesBudget``): GCRA rate      ``workhive.testing.budgets.BudgetContract``
+                                                  budgets; reserve the soonest of several choices within
+                                                  ``max_wait`` atomically, on the backend's clock.
+
+bad_input.py            V1    Hive facade         bad input (a value that is not JSON; a bad option, lease,   complete_and_claim_refuses_bad_input_and_keeps_the_claim,
+                                                  count, ttl or name) raises ``InvalidItem``,                 non_json_payload_is_refused,
+                                                  ``InvalidArgument`` or ``InvalidName`` (an unknown worker   non_json_result_is_refused_and_the_claim_kept,
+                                                  status: ``ValueError``) before the backend is called:       bad_push_options_are_refused,
+                                                  nothing is stored and a claim is kept.                      bad_lease_is_refused,
+                                                                                                              bad_claim_count_is_refused,
+                                                                                                              bad_fail_and_release_arguments_change_nothing,
+                                                                                                              bad_pool_names_are_refused,
+                                                                                                              bad_worker_names_and_thresholds_are_refused,
+                                                                                                              bad_shared_state_input_is_refused
+======================  ====  ==================  ==========================================================  ==========================================================================
 
 How a backend's tests plug in (see ``workhive.testing``): ``make_backend(clock,
 tmp_path)``; ``make_missing_backend`` (F1, same store, ``create=False``);

@@ -632,6 +632,12 @@ class StorageStatefulContract:
         raise NotImplementedError("override make_backend() in your StorageStatefulContract subclass")
 
     def test_storage_matches_the_model(self, tmp_path: pathlib.Path) -> None:
+        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1]
+        random sequences of operations leave the backend where a reference model says they must.
+
+        After every step each item's state, attempts, token and lease, the stats and the pools are
+        compared with the model's (the table in ``workhive/storage.py`` lists these rules as [model]).
+        """
         contract = self
         runs = itertools.count()
 
