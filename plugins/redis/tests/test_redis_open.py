@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 import redis as redis_py
-from private_server import PrivateRedis
-from workhive_redis import RedisLocks, RedisStorage, parse_url
+from redis_server import REDIS_URL, PrivateRedis, new_prefix, url_for
+from workhive_redis import RedisLocks, RedisStorage, parse_url, schema
+from workhive_redis.connections import RedisClient
+from workhive_redis.keys import HiveKeys
 
 import workhive
-from conftest import REDIS_URL, new_prefix, url_for
 from workhive.errors import (
     ConfigError,
     HiveNotFound,
@@ -100,16 +101,16 @@ def test_a_hive_created_by_another_process_while_this_one_opens_is_not_foreign(
     and scanning the prefix for foreign keys.
     """
     prefix = new_prefix()
-    looked = RedisStorage._find_keys
+    looked = schema.find_keys
 
-    async def other_process_opens_first(self: RedisStorage) -> str | None:
-        monkeypatch.setattr(RedisStorage, "_find_keys", looked)
+    async def other_process_opens_first(client: RedisClient, keys: HiveKeys) -> str | None:
+        monkeypatch.setattr(schema, "find_keys", looked)
         async with workhive.open(url_for(prefix)):  # creates the hive's version record
             pass
-        return await looked(self)  # finds that record: no version key when TYPE was asked, one now
+        return await looked(client, keys)  # finds that record: no version key when TYPE was asked, one now
 
     async def main() -> None:
-        monkeypatch.setattr(RedisStorage, "_find_keys", other_process_opens_first)
+        monkeypatch.setattr(schema, "find_keys", other_process_opens_first)
         async with workhive.open(url_for(prefix)) as hive:
             await hive.pool("p").push({"n": 1})
         async with workhive.open(url_for(prefix), create=False) as hive:
