@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import asyncpg
-import pg_server
+import postgres_server
 import pytest
 
 import workhive
@@ -26,6 +26,7 @@ from workhive.errors import (
     WorkhiveError,
 )
 from workhive.models import ItemState
+from workhive.testing.processes import free_port
 from workhive_postgres import PostgresStorage, parse_url
 from workhive_postgres.failures import open_failure
 from workhive_postgres.schema import SCHEMA_VERSION
@@ -40,7 +41,7 @@ def with_password(url: str) -> str:
 
 
 async def sql(query: str, *args: Any) -> Any:
-    conn = await asyncpg.connect(pg_server.SERVER)
+    conn = await asyncpg.connect(postgres_server.SERVER)
     try:
         return await conn.fetch(query, *args)
     finally:
@@ -49,12 +50,6 @@ async def sql(query: str, *args: Any) -> Any:
 
 async def schema_exists(schema: str) -> bool:
     return bool(await sql("SELECT 1 FROM pg_namespace WHERE nspname = $1", schema))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def assert_secret_free(*texts: object) -> None:
@@ -132,7 +127,7 @@ async def test_fifty_processes_opening_at_once_migrate_once(url: str, schema: st
 @pytest.mark.asyncio
 async def test_a_version_2_hive_with_items_in_every_state_migrates_and_claims_in_order(url: str, schema: str) -> None:
     """Version 3 replaces the ready index: items written before it are claimed as the contract orders them."""
-    conn = await asyncpg.connect(pg_server.SERVER)
+    conn = await asyncpg.connect(postgres_server.SERVER)
     try:
         async with conn.transaction():
             await conn.execute(f'CREATE SCHEMA "{schema}"; SET LOCAL search_path = "{schema}"')
@@ -380,7 +375,7 @@ async def test_a_session_ended_on_every_try_gives_up_within_retry_for_naming_the
         raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
 
     monkeypatch.setattr(backend, "ensure_schema", always_ended)
-    hive = workhive.open(pg_server.url_for(schema) + "&retry_for=0.3")
+    hive = workhive.open(postgres_server.url_for(schema) + "&retry_for=0.3")
     with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1:5432"):
         await hive.open()
 
@@ -453,8 +448,8 @@ async def test_a_raw_at_sign_or_colon_in_the_password_is_read_whole(char: str, s
 async def test_an_option_given_twice_is_refused_naming_it_and_nothing_is_created(query: str) -> None:
     from workhive_postgres import PostgresLocks
 
-    a, b = pg_server.schema_for(f"{query}-a"), pg_server.schema_for(f"{query}-b")
-    url = pg_server.url_for(a).split("?")[0] + "?" + query.format(a=a, b=b)
+    a, b = postgres_server.schema_for(f"{query}-a"), postgres_server.schema_for(f"{query}-b")
+    url = postgres_server.url_for(a).split("?")[0] + "?" + query.format(a=a, b=b)
     name = query.split("&")[-1].split("=")[0]
     with pytest.raises(ConfigError, match=f"gives '{name}' twice: give each option once"):
         async with workhive.open(url) as hive:

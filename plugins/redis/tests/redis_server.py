@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from workhive.testing.processes import free_port
+
 REDIS_URL = os.environ.get("WORKHIVE_REDIS_URL", "redis://127.0.0.1:6379/0")
 _created: list[str] = []
 
@@ -75,12 +77,6 @@ def delete_prefixes(prefixes: list[str], base: str = REDIS_URL) -> None:
                     client.delete(*keys[start : start + 500])
     finally:
         client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateRedis:
