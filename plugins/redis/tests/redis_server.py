@@ -123,3 +123,18 @@ class PrivateRedis:
 
     def stop(self) -> None:
         self.kill()
+
+
+# -- what the open, schema and failure tests share -----------------------------------
+SECRET = "s3cret-Pa55word"
+
+
+def keys_of(prefix: str, base: str = REDIS_URL) -> list[str]:
+    """Every key under ``prefix`` on the server, sorted."""
+    import redis as redis_py
+
+    client = redis_py.Redis.from_url(base.split("?")[0], decode_responses=True)
+    try:
+        return sorted(k for pattern in (f"{{{prefix}}}*", f"{{{prefix}/*") for k in client.scan_iter(match=pattern))
+    finally:
+        client.close()
