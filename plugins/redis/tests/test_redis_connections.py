@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import workhive_redis.connections as client_module
-from loading_proxy import LoadingProxy
+from redis_loading_proxy import LoadingProxy
 from redis_server import REDIS_URL, new_prefix, url_for
 from workhive_redis import RedisLocks
 
