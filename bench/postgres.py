@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from support.loops import claim_complete_loop
 from support.procs import env_with_path, wait_for_lines
 
 HERE = Path(__file__).resolve().parent
@@ -244,17 +245,7 @@ async def bench_workhive_api(n_item: int, n_batch: int, n_push: int) -> dict[str
                 pool = hive.pool(f"per{coroutines}{'f' if fused else ''}")
 
                 async def one(i: int) -> int:
-                    done = 0
-                    worker = f"w{i}"
-                    item = await pool.claim(worker)
-                    while item is not None:
-                        if fused:
-                            item = await pool.complete_and_claim(item, {"ok": True}, worker)
-                        else:
-                            await pool.complete(item, {"ok": True})
-                            item = await pool.claim(worker)
-                        done += 1
-                    return done
+                    return await claim_complete_loop(pool, f"w{i}", {"ok": True}, fused)
 
                 return await run_coroutines(coroutines, one)
 

@@ -50,6 +50,7 @@ import redis as redis_py  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 
 sys.path.append(HERE)  # now that `redis` is the package: bench/support is importable
+from support.loops import claim_complete_loop  # noqa: E402
 from support.procs import env_with_path, wait_for_lines  # noqa: E402
 
 import workhive  # noqa: E402
@@ -190,19 +191,6 @@ async def wh_fill(url: str, n: int) -> None:
             await hive.pool("bench").push_many({"n": i} for i in range(start, min(n, start + 10_000)))
 
 
-async def wh_loop(pool: workhive.Pool, worker: str, fused: bool) -> int:
-    done = 0
-    item = await pool.claim(worker)
-    while item is not None:
-        if fused:
-            item = await pool.complete_and_claim(item, RESULT, worker)
-        else:
-            await pool.complete(item, RESULT)
-            item = await pool.claim(worker)
-        done += 1
-    return done
-
-
 async def wh_rates(n: int, n_batch: int, n_push: int, n_push_many: int) -> dict[str, float]:
     rates: dict[str, float] = {}
     for label, tasks, fused in (("one", 1, False), ("eight", 8, False), ("fused", 1, True), ("fused8", 8, True)):
@@ -212,7 +200,7 @@ async def wh_rates(n: int, n_batch: int, n_push: int, n_push_many: int) -> dict[
             pool = hive.pool("bench")
             await pool.stats()
             started = time.perf_counter()
-            done = sum(await asyncio.gather(*(wh_loop(pool, f"w{i}", fused) for i in range(tasks))))
+            done = sum(await asyncio.gather(*(claim_complete_loop(pool, f"w{i}", RESULT, fused) for i in range(tasks))))
             rates[label] = done / (time.perf_counter() - started)
     url = wh_url("batch")
     await wh_fill(url, n_batch)

@@ -41,6 +41,8 @@ import tempfile
 import time
 from typing import Any
 
+from support.loops import claim_complete_loop
+
 import workhive
 
 RESULT = {"ok": True}
@@ -114,26 +116,9 @@ async def fill(url: str, n: int) -> None:
             await pool.push_many({"n": i} for i in range(start, min(n, start + 10_000)))
 
 
-async def drain_loop(pool: workhive.Pool, worker: str, fused: bool) -> int:
-    """Claim and complete one item at a time until the pool is empty; returns the count.
-
-    ``fused``: complete each item and claim the next in one call (one transaction).
-    """
-    done = 0
-    item = await pool.claim(worker)
-    while item is not None:
-        if fused:
-            item = await pool.complete_and_claim(item, RESULT, worker)
-        else:
-            await pool.complete(item, RESULT)
-            item = await pool.claim(worker)
-        done += 1
-    return done
-
-
 async def drain_per_item(url: str, worker: str, fused: bool = False) -> int:
     async with workhive.open(url) as hive:
-        return await drain_loop(hive.pool("bench"), worker, fused)
+        return await claim_complete_loop(hive.pool("bench"), worker, RESULT, fused)
 
 
 async def drain_batched(url: str, worker: str, batch: int) -> int:
@@ -155,7 +140,7 @@ def _proc_worker(url: str, worker: str, fused: bool, ready: Any, go: Any, out: A
             await pool.stats()  # connection and schema check done before the clock starts
             ready.put(worker)
             go.wait()
-            done = await drain_loop(pool, worker, fused)
+            done = await claim_complete_loop(pool, worker, RESULT, fused)
             return done, time.time()
 
     out.put(asyncio.run(run()))

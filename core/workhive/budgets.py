@@ -1,61 +1,11 @@
 """Rate budgets per API key, shared by the whole fleet through the storage backend.
 
-A credential may carry a ``Budget``: requests per minute (``rpm``), tokens
-per minute (``tpm``) and tokens per day (``tpd``). Before a handler's call
-the worker *reserves* budget for the key it leases, in one atomic storage
-call (``TakesBudget.take_budget``), and waits the time the backend says
-before calling — instead of calling into a 429.
-
-The limiter is GCRA (the generic cell rate algorithm, as in ATM networks and
-redis-cell): per key and dimension the store keeps one number, the
-*theoretical arrival time* (TAT). A take of ``cost`` units at ``interval``
-seconds per unit moves the TAT to ``max(TAT, now) + cost * interval``; it may
-go once ``new TAT - tolerance <= now``, so ``tolerance`` is the burst allowed
-on top of the steady rate. Reserving ahead (the TAT moves even when the taker
-must wait a little) makes takers queue in arrival order and costs one round
-trip per call, with no polling.
-
-Several choices (one per usable key, least recently used first) go in one
-call: the backend reserves the one that can go soonest (ties: the first
-given), which is the runtime's key choice. A correction (``report_usage``:
-actual tokens − estimate) is a take of that difference with no bound on the
-wait; a negative one hands budget back.
-
-Limits that were not given are learned (AIMD, as TCP does with its window):
-each key has an effective rate, kept in the hive's shared state (namespace
-``workhive-budgets``) as a base rate, the time it was set and a version. From
-there it grows with time while calls succeed: doubling every
-``RAMP_DOUBLING_SECONDS`` while ramping up from ``LEARN_START_RPS``, then by
-``GROWTH`` of the base per second (additive increase). A 429 on a call
-reserved under the current version sets a new base, the rate at that moment
-times ``DECREASE`` (multiplicative decrease), or times the share of recent
-calls that went through when lower (a ramp that overshot lands near the real
-limit in one step), and bumps the version; the 429s of calls reserved
-before it are already answered by it, and so are those of calls that went
-within ``DECREASE_HOLD`` seconds after it: they went into the provider's
-bucket the overshoot had emptied, and say nothing about the new rate
-(counting them cut a rate twice in half a second, measured in
-bench/ratelimit, and growing back from the second cut took ~10 s). After a
-ramp, a 429 means the rate crept over the limit: the cut is by ``DECREASE``
-or, when lower, to the rate the key really took since the last decrease —
-the share of calls that went through (no margin: the cooldown each 429
-brings lets the provider's bucket refill, and a deeper cut would leave that
-refill unused) times the share of the time calls went at all (the key cooled
-the rest, ``KeyRate.pause``; over the limit, the bucket's refill during each
-cooldown hides the excess, and a rate half again over it went on bursting
-and cooling every two seconds, measured). Every process
-reads the stored base and follows it, and a restart resumes from it;
-``workhive status`` shows it. Growth is credited only while calls wait for
-budget (the budget, not the workload, sets the pace): a key that is idle or
-not used to its rate does not bank rate it never tried. While ramping, each
-process shares how far its ramp got (beside the base, under
-``NAME~ramp``, so it can never overwrite a decrease) and takes up a faster
-one's: every process's reservations space the key's shared schedule, so a
-process that started later would otherwise hold the whole fleet to its
-slower ramp (measured: a fleet of 3 ran at ~6 calls/s for its first two
-seconds while its first process was at 10-15).
-A known limit is the ceiling: a 429 under it lowers the effective rate too,
-and it recovers to it.
+A credential may carry a ``Budget`` (``rpm``, ``tpm``, ``tpd``); before a
+handler's call the worker reserves budget for its key in one atomic storage
+call (``TakesBudget.take_budget``, decided by ``gcra_choose``) and waits the
+time the backend says instead of calling into a 429. Limits not given are
+learned per key (``KeyRate``: AIMD, shared through the hive's state). The
+design and its measurements: ``docs/budgets.md``.
 
 >>> budget = Budget.parse({"rpm": "500", "tpm": "200000"}, credential="OPENAI_API_KEY")
 >>> budget

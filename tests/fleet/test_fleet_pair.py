@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import workhive
 from workhive.models import ItemState, WorkItem
+from workhive.testing.processes import children_of
 
 from .conftest import HERE, Target
 
@@ -92,20 +92,6 @@ def test_push_work_status_every_item_done_once_under_the_fleet_lock(target: Targ
         tokens.append(int(enter[1]))
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), tokens
     assert len({line[2] for line in lines}) == 2, "both worker processes should have taken the lock"
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
 
 
 @pytest.mark.skipif(os.environ.get("WORKHIVE_FLEET_HEAVY") != "1", reason="heavy: runs once per storage engine")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import workhive as wh
+from workhive.testing.processes import free_port
 
 from .cli_helpers import COMMAND, assert_clean_error, clean_env, workhive
 
@@ -35,12 +36,6 @@ TASKS = textwrap.dedent(
         return {"n": ctx.data["n"]}
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -17,6 +17,7 @@ from workhive.errors import ConfigError
 from workhive.models import ItemState, WorkerStatus
 from workhive.runtime import FleetOptions, run_fleet
 from workhive.runtime.stop_requests import ECHO_WINDOW
+from workhive.testing.processes import children_of
 
 from .conftest import fleet_env, fleet_script, report_of
 
@@ -63,20 +64,6 @@ def workers_of(url: str):
             return await hive.workers.list()
 
     return asyncio.run(go())
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
 
 
 def finish(proc, timeout=TIMEOUT):

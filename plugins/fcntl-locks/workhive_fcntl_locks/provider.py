@@ -1,56 +1,10 @@
 """``FcntlLocks``: named locks with ``flock(2)`` on one file per name.
 
-How it stays correct:
-
-* **One file per name.** ``<dir>/<slug>-<sha256 of the name>.lock``
-  (``workhive.locks.lock_file_name``): any name stays inside the directory
-  and two names never share a file.
-* **The kernel owns liveness.** A holder's ``flock`` disappears when its
-  process dies, so nothing is ever "broken" by a waiter; a holder past its
-  ttl is only reported.
-* **No unlink race.** After ``flock`` succeeds the provider checks that the
-  inode it locked is still the one at the path (``fstat`` vs ``stat``, link
-  count ≥ 1) and starts over if not. Files are only unlinked by ``clean()``,
-  and only while it holds their lock and has made the same check — so the
-  file at the path is never unlinked from under a holder, and a waiter that
-  locked an unlinked inode notices and retries on the new file.
-* **Fencing tokens survive restarts and cleaning.** The file's first line is
-  a JSON record holding the last token (and, while held, the holder: pid,
-  host, worker, acquired at, ttl). The holder reads it and writes ``token +
-  1`` while holding the lock. Before ``clean()`` unlinks a file it raises the
-  directory's token floor (``.token-floor``, replaced atomically) to that
-  file's token; a freshly created file starts from the floor. So a name's
-  tokens keep rising after its file was cleaned (they may jump).
-* **Holder info without the lock.** Waiters read the record with a plain
-  read (retrying a torn read); a record that says "held" is confirmed with a
-  non-blocking shared ``flock`` probe, so a crashed holder is not reported.
-* **Waiting never blocks the event loop.** Each try is ``LOCK_EX|LOCK_NB``;
-  between tries the task sleeps with jittered exponential backoff
-  (0.5 ms doubling to 50 ms), cut short when a task of the same provider
-  releases that lock or a releasing process rings this provider. Two tasks of
-  one process exclude each other too: each try opens the file anew, and
-  ``flock`` locks belong to open file descriptions.
-* **Waiters are not starved.** A provider whose first try failed joins the
-  lock's line (``workhive_fcntl_locks.queue``: one FIFO per waiting provider,
-  alive while its owner has it open, so a waiter killed by SIGKILL leaves the
-  line by itself). A provider may keep taking a lock again at once for
-  ``max_streak`` seconds (10 ms) or ``STREAK_TOKENS`` (64) acquisitions,
-  whichever ends first: a handover costs a context switch, so very short
-  holds are batched. A release after that rings the first other provider in
-  line and, when there is one, yields: this provider's next tries (all its
-  tasks') wait until the token has moved on, the line is empty (its waiters
-  left or died), or ``handoff_timeout`` passed (a waiter whose event loop is
-  stuck stalls the lock no longer than that). Holds longer than
-  ``max_streak`` are handed over at every release; ``max_streak=0`` hands
-  over always, so a provider cannot take a lock twice in a row while another
-  one waits in line. A release within the streak still rings the line when
-  the holder does not take the lock again right away.
-* **Real errors are errors.** Anything but "held by someone else"
-  (EACCES, EROFS, ENOTDIR, ELOOP for a symlinked lock file, ENOSPC…) raises
-  ``LockSystemError`` naming the path.
-
-Tokens and records are not fsync'd: they survive process restarts, not a
-power cut. Do not ``fork()`` while holding a lock (the child shares it).
+One file per name in the lock directory; the kernel owns liveness (a dead
+holder's ``flock`` goes with its process); fencing tokens are kept in the
+file's first line and survive restarts and ``clean()``; waiters line up in
+``workhive_fcntl_locks.queue``. Why each of these is correct, and what is
+not promised (no fsync; no ``fork()`` while holding): ``docs/fcntl-locks.md``.
 """
 
 from __future__ import annotations

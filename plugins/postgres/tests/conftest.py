@@ -5,22 +5,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-import pg_server
+import postgres_server
 import pytest
 
 
 @pytest.fixture(autouse=True)
 def _postgres_required_and_cleaned() -> Iterator[None]:
-    pg_server.require_server()
+    postgres_server.require_server()
     yield
-    pg_server.drop_created()
+    postgres_server.drop_created()
 
 
 @pytest.fixture
 def schema() -> str:
-    return pg_server.schema_for(uuid.uuid4().hex)
+    return postgres_server.schema_for(uuid.uuid4().hex)
 
 
 @pytest.fixture
 def url(schema: str) -> str:
-    return pg_server.url_for(schema)
+    return postgres_server.url_for(schema)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import asyncpg
-import pg_server
+import postgres_server
 import pytest
 
 import workhive
@@ -31,8 +31,8 @@ async def test_a_fused_complete_and_claim_that_meets_a_deadlock_is_run_again_and
     """A real deadlock: our statement holds the item's row lock and waits for a lock another
     session holds, while that session waits for our row. The server aborts ours (it has the
     shorter deadlock_timeout); the backend runs it again once the other side is gone."""
-    admin = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
-    side = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    admin = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    side = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
     try:
         async with workhive.open(url) as hive:
             storage = hive.storage
@@ -90,7 +90,7 @@ async def test_the_listening_connection_comes_back_after_the_server_drops_it(url
         listener = storage._listener
         assert listener is not None
         old_pid = listener.get_server_pid()
-        admin = await asyncpg.connect(pg_server.SERVER)
+        admin = await asyncpg.connect(postgres_server.SERVER)
         try:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", old_pid)
         finally:
@@ -155,13 +155,13 @@ async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not
     from workhive_postgres import PostgresLocks
     from workhive_postgres.locks import _encode
 
-    locks = PostgresLocks(pg_server.url_for(schema))
+    locks = PostgresLocks(postgres_server.url_for(schema))
     first = await locks.acquire("warm-up", ttl=None, timeout=0)  # creates the schema and its tables
     await locks.release(first)
-    side = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    side = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
     # Watched from a third session: inside side's transaction pg_stat_activity would be read
     # once and then served from that transaction's snapshot, never showing the wait.
-    watch = await asyncpg.connect(pg_server.SERVER)
+    watch = await asyncpg.connect(postgres_server.SERVER)
     try:
         name_hash, raw = _encode("fresh")
         tx = side.transaction()
@@ -198,7 +198,7 @@ async def test_statements_on_one_claim_find_it_by_primary_key_never_by_walking_t
     `pool = … AND state = 'claimed' AND lease_expires_at > …`; each statement must look the
     item up by id whatever the statistics say.
     """
-    conn = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
     try:
         async with workhive.open(url) as hive:
             pool = hive.pool("jobs")
@@ -237,7 +237,7 @@ async def test_claims_read_the_claimable_index_and_their_rows_by_primary_key_in_
     a tenth of the index and hashed the whole table for every claim. Checked with
     statistics of a large pending backlog, with both plan kinds and two limits.
     """
-    conn = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
     try:
         async with workhive.open(url) as hive:
             pool = hive.pool("jobs")
@@ -276,7 +276,7 @@ async def test_claims_keep_their_generic_plan_once_the_table_is_analyzed(url: st
             await pool.push_many([{"n": i} for i in range(start, start + 10_000)])
         await pool.claim_many(20, "holder", lease=600)  # leases held ahead of the backlog in the index
         await hive.storage.now()  # settles the pool's one connection
-        admin = await asyncpg.connect(pg_server.SERVER, server_settings={"search_path": schema})
+        admin = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
         try:
             await admin.execute("ANALYZE items")
         finally:

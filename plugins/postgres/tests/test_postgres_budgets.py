@@ -5,14 +5,14 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from pg_server import schema_for, url_for
+from postgres_server import schema_for, url_for
 
 from workhive.testing.budgets import BudgetContract
 from workhive.testing.clock import ManualClock
 from workhive_postgres import PostgresStorage
 
 
-class TestPostgresBudgets(BudgetContract):
+class TestPostgresBudgetContract(BudgetContract):
     """On the server's own clock (plus the suite's offset): the clock every process of a fleet shares."""
 
     def make_backend(self, clock: ManualClock, tmp_path: pathlib.Path) -> PostgresStorage:

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend against the full storage contract, the model test and the lock contract.
+"""The PostgreSQL backend against the full storage contract and the model test.
 
 Each test (and each model-test run) gets a schema of its own, dropped afterwards.
 Time is the server's, moved forward by the test's ManualClock through ``clock_offset``.
@@ -10,12 +10,10 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from pg_server import schema_for, url_for
+from postgres_server import schema_for, url_for
 
-from workhive.locks import LockProvider
 from workhive.testing import StorageContract, StorageStatefulContract
-from workhive.testing.locks import LockContract
-from workhive_postgres import PostgresLocks, PostgresStorage
+from workhive_postgres import PostgresStorage
 
 
 def _offset(clock: Callable[[], float] | None) -> Callable[[], float] | None:
@@ -51,10 +49,3 @@ class TestPostgresStatefulContract(StorageStatefulContract):
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> PostgresStorage:
         return PostgresStorage(url_for(schema_for(tmp_path)), clock_offset=_offset(clock))
-
-
-class TestPostgresLocks(LockContract):
-    persistent_tokens = True
-
-    def make_provider(self, tmp_path: pathlib.Path) -> LockProvider:
-        return PostgresLocks(url_for(schema_for(tmp_path)))

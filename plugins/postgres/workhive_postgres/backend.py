@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from workhive.backoff import FullJitter
-from workhive.budgets import BudgetTake, gcra_choose
+from workhive.budgets import BudgetTake
 from workhive.errors import (
     OutcomeUnknown,
     StorageUnavailable,
@@ -56,6 +56,7 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive_postgres.budget import take_budget
 from workhive_postgres.connections import ConnectionPool
 from workhive_postgres.failures import (
     ended_by_server,
@@ -775,28 +776,9 @@ class PostgresStorage:
     async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
         """Reserve rate budget for the fleet in one transaction on the server's clock (``TakesBudget``).
 
-        The keys' rows are locked (``FOR UPDATE``, in key order) for the
-        decision, so takes from every process of every machine are serialised
-        per key. A take whose connection drops is run again: at worst a slot
-        is reserved twice, which spends budget and never exceeds it.
+        See ``workhive_postgres.budget``: takes are serialised per key across the fleet.
         """
-        keys = sorted({take.key for takes in choices for take in takes})
-        return await self._run("taking rate budget", self._take_budget, keys, choices, float(max_wait))
-
-    async def _take_budget(
-        self, conn: Any, keys: list[str], choices: Sequence[Sequence[BudgetTake]], max_wait: float
-    ) -> tuple[int, float]:
-        async with conn.transaction():
-            tats: dict[str, float] = {}
-            if keys:
-                await conn.execute(self._q["budget_rows"], keys)
-                tats = {row[0]: float(row[1]) for row in await conn.fetch(self._q["budget_lock"], keys)}
-            # Read after the locks are held: the decision is made at this moment.
-            now = float(await conn.fetchval(self._q["now"], self._off()))
-            index, wait, new = gcra_choose(tats, now, choices, max_wait)
-            if new:
-                await conn.execute(self._q["budget_store"], list(new), list(new.values()))
-        return index, wait
+        return await self._run("taking rate budget", take_budget, self._q, self._off, choices, float(max_wait))
 
     # -- shared state -------------------------------------------------------
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:

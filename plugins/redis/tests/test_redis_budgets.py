@@ -5,9 +5,9 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+from redis_server import new_prefix, url_for
 from workhive_redis import RedisStorage
 
-from conftest import new_prefix, url_for
 from workhive.testing.budgets import BudgetContract
 from workhive.testing.clock import ManualClock
 
@@ -22,7 +22,7 @@ def _prefix(tmp_path: pathlib.Path) -> str:
     return prefix
 
 
-class TestRedisBudgets(BudgetContract):
+class TestRedisBudgetContract(BudgetContract):
     """On the server's own clock (TIME + the suite's offset): the clock every process of a fleet shares."""
 
     def make_backend(self, clock: ManualClock, tmp_path: pathlib.Path) -> RedisStorage:

@@ -6,9 +6,9 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+from redis_server import new_prefix, url_for
 from workhive_redis import RedisStorage
 
-from conftest import new_prefix, url_for
 from workhive.testing import StorageContract, StorageStatefulContract
 from workhive.testing.clock import ManualClock
 
@@ -38,7 +38,7 @@ class TestRedisContract(StorageContract):
 
     exact = False
     #: the server's clock runs during a test: times are compared within this, exact boundaries
-    #: run in TestRedisContractExactClock
+    #: run in TestRedisExactClockContract
     clock_drift = 5.0
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
@@ -51,18 +51,18 @@ class TestRedisContract(StorageContract):
         return url_for(_prefix(tmp_path)), {}
 
 
-class TestRedisContractRealClock(TestRedisContract):
+class TestRedisRealClockContract(TestRedisContract):
     supports_manual_clock = False
 
 
-class TestRedisContractExactClock(TestRedisContract):
+class TestRedisExactClockContract(TestRedisContract):
     """The suite's manual clock replaces TIME in the scripts, so the exact-boundary tests run too."""
 
     exact = True
     clock_drift = 0.0
 
 
-class TestRedisModel(StorageStatefulContract):
+class TestRedisStatefulContract(StorageStatefulContract):
     """The model test on the server's TIME, moved forward through ``clock_offset``."""
 
     clock_drift = 5.0

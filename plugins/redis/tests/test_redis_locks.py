@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from redis_server import new_prefix, url_for
 from workhive_redis import RedisLocks
 
-from conftest import new_prefix, url_for
 from workhive.testing.locks import LockContract
 
 _prefixes: dict[Path, str] = {}
 
 
-class TestRedisLocks(LockContract):
+class TestRedisLockContract(LockContract):
     persistent_tokens = True
 
     def make_provider(self, tmp_path: Path) -> RedisLocks:

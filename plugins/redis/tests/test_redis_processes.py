@@ -17,11 +17,10 @@ from pathlib import Path
 
 import attrs
 import pytest
-import redis_mp_workers
-from private_server import PrivateRedis
+import redis_workers
+from redis_server import PrivateRedis, new_prefix, url_for
 
 import workhive
-from conftest import new_prefix, url_for
 from workhive.errors import LeaseLost
 from workhive.models import Ack, ItemState
 
@@ -55,7 +54,7 @@ def test_eight_processes_drain_forty_thousand_items_each_exactly_once(tmp_path: 
     url = url_for(new_prefix())
     ids = asyncio.run(_push(url, 40_000))
     outs = [tmp_path / f"w{i}.txt" for i in range(8)]
-    procs = [_spawn(redis_mp_workers.drain, url, f"p{i}", i % 2 == 0, str(outs[i])) for i in range(8)]
+    procs = [_spawn(redis_workers.drain, url, f"p{i}", i % 2 == 0, str(outs[i])) for i in range(8)]
     for proc in procs:
         proc.join(timeout=600)
         assert proc.exitcode == 0, f"worker process exited with {proc.exitcode}"
@@ -77,7 +76,7 @@ def test_a_server_killed_and_restarted_during_a_drain_loses_nothing(tmp_path: Pa
         ids = asyncio.run(_push(url, total))
         stop = tmp_path / "stop"
         outs = [tmp_path / f"w{i}.txt" for i in range(4)]
-        procs = [_spawn(redis_mp_workers.flaky_drain, url, f"p{i}", str(outs[i]), str(stop)) for i in range(4)]
+        procs = [_spawn(redis_workers.flaky_drain, url, f"p{i}", str(outs[i]), str(stop)) for i in range(4)]
 
         def progress() -> int:
             return sum(len(o.read_text().splitlines()) for o in outs if o.exists())
@@ -124,7 +123,7 @@ def test_a_killed_worker_gives_back_its_claims_and_its_lock_and_its_late_complet
     asyncio.run(_push(url, 5))
     ready = tmp_path / "ready"
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import redis_mp_workers as w; "
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import redis_workers as w; "
         f"w.hold_and_hang({url!r}, {str(ready)!r})"
     )
     child = subprocess.Popen([sys.executable, "-c", code])

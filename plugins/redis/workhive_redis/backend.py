@@ -1,7 +1,7 @@
 """``RedisStorage``: the workhive storage contract on Redis, one Lua script per operation.
 
 * Every operation that changes anything is one ``EVALSHA`` of a script in
-  ``lua/`` (``workhive_redis.scripts``), so it is atomic on the server; the
+  ``lua/`` (``workhive_redis.luafiles``), so it is atomic on the server; the
   script reads the server's ``TIME`` (plus ``clock_offset``, which tests use to
   move time forward), never the worker's clock.
 * A pool's keys share one hash tag (``workhive_redis.keys``), so each pool
@@ -16,7 +16,9 @@
 * ``wait_for_work`` blocks on pub/sub (``workhive_redis.wakeups``): scripts
   publish when they make work claimable; delayed items and leases are waited
   for until their time, never polled.
-* Connection failures are retried or reported as ``workhive_redis.client`` says.
+* Connection failures are retried as ``workhive_redis.connections`` says and
+  reported as ``workhive_redis.failures`` words them; the version record is
+  ``workhive_redis.schema``'s, rate budgets ``workhive_redis.budget``'s.
 """
 
 from __future__ import annotations
@@ -28,10 +30,7 @@ from typing import Any
 
 from workhive.budgets import BudgetTake
 from workhive.errors import (
-    HiveNotFound,
-    InvalidArgument,
     InvalidItem,
-    SchemaVersionError,
     StorageError,
     WorkerLost,
     WorkerNotFound,
@@ -49,16 +48,15 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
-from workhive_redis.client import RedisClient
+from workhive_redis.budget import take_budget
+from workhive_redis.connections import RedisClient
 from workhive_redis.keys import HiveKeys, PoolKeys
+from workhive_redis.schema import SCHEMA_VERSION, ensure_schema
 from workhive_redis.url import RedisConfig, parse_url
 from workhive_redis.wakeups import Wakeups
 
 __all__ = ["SCHEMA_VERSION", "RedisStorage"]
 
-#: the layout of keys and records this code writes; a store with a higher one is refused
-SCHEMA_VERSION = 1
-OWNER = "workhive-redis"
 #: the largest payload, result or error text accepted (Redis itself allows 512 MiB per value,
 #: but one huge value holds the single-threaded server for every worker while it is copied)
 MAX_VALUE_BYTES = 16 * 1024 * 1024
@@ -138,60 +136,11 @@ class RedisStorage:
             return
         await self._client.open(retry_for=min(self.config.retry_for, 5.0))
         try:
-            await self._check_version()
+            await ensure_schema(self._client, self.keys, self.config, create=self._create)
         except BaseException:
             await self._client.close()
             raise
         self._open = True
-
-    async def _check_version(self) -> None:
-        client, keys = self._client, self.keys
-        kind = await client.command("TYPE", keys.version)
-        if kind == "none":
-            foreign = await self._find_keys()
-            # Another process may have created this hive since TYPE answered: its keys are ours.
-            if foreign is not None and await client.command("TYPE", keys.version) == "none":
-                raise StorageError(
-                    f"Redis at {self.config.where} has keys under the prefix {self.config.prefix!r} that workhive "
-                    f"did not write (e.g. {foreign!r}) and no workhive version key: another program uses this "
-                    "prefix. Choose another one with ?prefix=NAME in the URL",
-                    where=self.config.where,
-                )
-            if foreign is None and not self._create:
-                raise HiveNotFound(
-                    f"no hive at {self.where}: nothing is stored under that prefix. Check the URL and ?prefix=, "
-                    "or push to it first (reading never creates one)",
-                    where=self.config.where,
-                )
-            # One script: processes opening a new hive at once all see the whole record.
-            await client.run("init_version", [keys.version], [OWNER, str(SCHEMA_VERSION)])
-            kind = "hash"
-        record = await client.command("HGETALL", keys.version)
-        if record.get("by") != OWNER or not str(record.get("schema", "")).isdigit():
-            raise StorageError(
-                f"Redis at {self.config.where}: the version record {keys.version!r} was not written by workhive "
-                f"({record!r}); choose another prefix with ?prefix=NAME",
-                where=self.config.where,
-            )
-        schema = int(record["schema"])
-        if schema > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"the hive at {self.where} was written by a newer workhive-redis (layout {schema}; this one "
-                f"reads up to {SCHEMA_VERSION}); upgrade workhive-redis: pip install -U workhive-redis",
-                where=self.config.where,
-            )
-
-    async def _find_keys(self) -> str | None:
-        """One key under this prefix, if any (a prefix used by someone else, or a half-deleted hive)."""
-        for pattern in self.keys.patterns:
-            cursor = "0"
-            while True:
-                cursor, found = await self._client.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-                if found:
-                    return str(found[0])
-                if cursor == "0" or cursor == 0:
-                    break
-        return None
 
     async def close(self) -> None:
         self._open = False
@@ -609,17 +558,8 @@ class RedisStorage:
 
     # -- rate budgets (workhive.budgets.TakesBudget) -------------------------
     async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
-        """Reserve the soonest of ``choices`` within ``max_wait``, atomically (one script, the server's clock)."""
-        if not choices:
-            raise InvalidArgument("take_budget needs at least one choice")
-        # Lua's tonumber need not read 'inf': any wait is below 1e308 seconds.
-        args: list[Any] = [self._off(), _num(min(max_wait, 1e308)), len(choices)]
-        for takes in choices:
-            args.append(len(takes))
-            for take in takes:
-                args.extend((take.key, _num(take.interval), _num(take.tolerance), _num(take.cost)))
-        index, wait = await self._client.run("take_budget", (self.keys.budgets,), args)
-        return int(index), float(wait)
+        """Reserve the soonest of ``choices`` within ``max_wait``, atomically (``workhive_redis.budget``)."""
+        return await take_budget(self._client, self.keys.budgets, self._off(), choices, max_wait)
 
     # -- shared state -------------------------------------------------------
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:

@@ -20,7 +20,57 @@ the core; the prefix by ``url.py``), so no name can move a key to another slot.
 
 from __future__ import annotations
 
-__all__ = ["HiveKeys", "PoolKeys"]
+__all__ = ["ITEM_FIELDS", "LOCK_FIELDS", "VERSION_FIELDS", "WORKER_FIELDS", "HiveKeys", "PoolKeys"]
+
+#: an item's hash, ``{prefix/pool}:i:<id>``: field -> the ``WorkItem`` attribute it holds
+ITEM_FIELDS = {
+    "p": "payload (JSON text)",
+    "st": "state: pending, claimed, done or poisoned",
+    "pr": "priority",
+    "at": "attempts (claims so far, minus releases)",
+    "ma": "max_attempts",
+    "tk": "token: the fencing token of the latest claim (0 before the first)",
+    "ca": "created_at (server seconds)",
+    "aa": "available_at: when it may be claimed (server seconds)",
+    "cb": "claimed_by: the worker id holding it (only while claimed)",
+    "le": "lease_expires_at (only while claimed)",
+    "ls": "lease_seconds: the lease length extensions renew (only while claimed)",
+    "dk": "dedup_key (absent when none)",
+    "er": "error: the last failure's text",
+    "rs": "result (JSON text, once done)",
+    "fa": "finished_at: when it became done or poisoned",
+    "rl": "releases: claims given back without spending an attempt",
+}
+
+#: a worker's record, ``{prefix}:w:<worker>``: field -> the ``WorkerRecord`` attribute it holds
+WORKER_FIELDS = {
+    "host": "host",
+    "pid": "pid",
+    "pools": "pools (JSON list)",
+    "caps": "capabilities (JSON list)",
+    "st": "status (a WorkerStatus value: starting, idle, busy, ..., lost)",
+    "ra": "registered_at (server seconds)",
+    "hb": "last_heartbeat (server seconds)",
+    "dt": "detail (absent when none)",
+}
+
+#: a held lock, ``{prefix}:lock:<sha256>``: field -> the ``LockHolder`` attribute it holds
+LOCK_FIELDS = {
+    "o": "owner: a random id per acquisition (only it may release)",
+    "n": "name (JSON text)",
+    "t": "token (fencing)",
+    "p": "pid",
+    "h": "host",
+    "w": "worker_id (JSON text)",
+    "a": "acquired_at (server seconds)",
+    "ttl": "ttl in seconds ('' = none)",
+}
+
+#: the version record, ``{prefix}:version`` (``workhive_redis.schema``)
+VERSION_FIELDS = {
+    "by": "owner: always 'workhive-redis'",
+    "schema": "the layout version (schema.SCHEMA_VERSION)",
+}
 
 
 class PoolKeys:

@@ -32,7 +32,7 @@ from typing import Any
 
 from workhive.errors import LockNotHeld, LockSystemError, StorageError
 from workhive.locks import HeldLock, LockHolder, check_lock_args, check_lock_name, lock_timeout_error, report_overdue
-from workhive_redis.client import RedisClient
+from workhive_redis.connections import RedisClient
 from workhive_redis.keys import HiveKeys
 from workhive_redis.url import RedisConfig, parse_url
 from workhive_redis.wakeups import Wakeups

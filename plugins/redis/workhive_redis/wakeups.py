@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from workhive_redis.client import RedisClient
+from workhive_redis.connections import RedisClient
 
 __all__ = ["Wakeups"]
 

@@ -47,6 +47,35 @@ SELECT dedup_key, min(id) AS id FROM items
 WHERE pool = $1 AND dedup_key = ANY($2::text[]) AND state IN ('pending', 'claimed')
 GROUP BY dedup_key;
 
+-- fragment: claim_items --
+-- The claim itself, shared by claim and complete_and_claim (a fragment, not a
+-- statement: a line `@claim_items(name=value, ...)` in a statement stands for
+-- this text, indented like that line, with each {name} replaced by its value
+-- and the {only_if} line dropped when empty). {worker}, {lease} and {limit} are
+-- the statement's parameters for the worker id, the lease seconds and the limit;
+-- {only_if} is an extra condition on the candidates.
+UPDATE items SET
+    state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
+    available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at ELSE available_at END,
+    claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN {worker}::text ELSE claimed_by END,
+    attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
+    token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
+    lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN {lease}::float8 END,
+    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + {lease}::float8 END,
+    error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
+        ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
+    finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
+WHERE id = ANY (ARRAY (
+    SELECT id FROM items
+    WHERE pool = $2 AND state IN ('pending', 'claimed')
+        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
+        {only_if}
+    ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+    LIMIT {limit} FOR UPDATE SKIP LOCKED))
+RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
+    dedup_key, error, releases, state = 'claimed' AS taken
+
 -- claim --
 -- Take up to $5 claimable items of pool $2 for worker $3 with a lease of $4 s: the
 -- head of items_claimable, due entries only, locked with SKIP LOCKED so concurrent
@@ -60,26 +89,7 @@ GROUP BY dedup_key;
 -- The backend writes the limit, always the last parameter, into the text as a number
 -- (sqlfiles.with_limit): costed as a tenth of the backlog, a generic plan lost to a
 -- fresh plan on every call once the table was analyzed.
-UPDATE items SET
-    state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
-    available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at ELSE available_at END,
-    claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $3::text ELSE claimed_by END,
-    attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
-    token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
-    lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $4::float8 END,
-    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $4::float8 END,
-    error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
-        ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
-            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
-    finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
-WHERE id = ANY (ARRAY (
-    SELECT id FROM items
-    WHERE pool = $2 AND state IN ('pending', 'claimed')
-        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
-    ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-    LIMIT $5 FOR UPDATE SKIP LOCKED))
-RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
-    dedup_key, error, releases, state = 'claimed' AS taken;
+@claim_items(worker=$3, lease=$4, limit=$5, only_if=)
 
 -- complete_one --
 -- Mark item $3 of pool $2 done with result $5 if its claim (token $4) is current and unexpired.
@@ -107,28 +117,7 @@ WITH done AS (
     WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
     RETURNING id
 ), claimed AS (
-    UPDATE items SET
-        state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
-        available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at
-            ELSE available_at END,
-        claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $6::text ELSE claimed_by END,
-        attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
-        token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
-        lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN $7::float8 END,
-        lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + $7::float8 END,
-        error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
-            ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
-                || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
-        finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
-    WHERE id = ANY (ARRAY (
-        SELECT id FROM items
-        WHERE pool = $2 AND state IN ('pending', 'claimed')
-            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
-            AND EXISTS (SELECT FROM done)
-        ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-        LIMIT $8 FOR UPDATE SKIP LOCKED))
-    RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
-        dedup_key, error, releases, state = 'claimed' AS taken
+    @claim_items(worker=$6, lease=$7, limit=$8, only_if=AND EXISTS (SELECT FROM done))
 )
 SELECT EXISTS (SELECT FROM done) AS accepted, claimed.*
 FROM (VALUES (1)) AS one (n) LEFT JOIN claimed ON true;

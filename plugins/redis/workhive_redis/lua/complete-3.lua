@@ -1,7 +1,9 @@
 --[[
   complete: finish claimed items (a batch of acks), each checked on its own.
 
-  KEYS[1] ready     KEYS[2] leases    KEYS[3] done
+  KEYS[1] ready
+  KEYS[2] leases
+  KEYS[3] done
   ARGV[1] clock offset
   ARGV[2..] three per ack: item id, fencing token, result JSON ('' = none)
 
@@ -11,10 +13,10 @@
 --- @include "clock"
 --- @include "ready"
 --- @include "fenced"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
 local out = {}
 for i = 2, #ARGV, 3 do
-  out[#out + 1] = complete(B, ARGV[i], ARGV[i + 1], ARGV[i + 2], now)
+  out[#out + 1] = complete(base, ARGV[i], ARGV[i + 1], ARGV[i + 2], now)
 end
 return out

@@ -1,7 +1,9 @@
 --[[
   due: how long until something in the pool is claimable (read only).
 
-  KEYS[1] ready     KEYS[2] delayed   KEYS[3] leases
+  KEYS[1] ready
+  KEYS[2] delayed
+  KEYS[3] leases
   ARGV[1] clock offset
 
   Returns seconds as text: '0' when an item is ready now, the wait until

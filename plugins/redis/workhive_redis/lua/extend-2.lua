@@ -2,17 +2,21 @@
   extend: move a live claim's lease to now + lease; the new length becomes
   the item's, so heartbeats keep extending by it.
 
-  KEYS[1] ready (names the pool)   KEYS[2] leases
-  ARGV[1] clock offset   ARGV[2] item id   ARGV[3] fencing token   ARGV[4] lease seconds
+  KEYS[1] ready (names the pool)
+  KEYS[2] leases
+  ARGV[1] clock offset
+  ARGV[2] item id
+  ARGV[3] fencing token
+  ARGV[4] lease seconds
 
   Returns the new expiry (text), or 0 when the claim is not live (nothing changed).
 ]]
 --- @include "clock"
 --- @include "ready"
 --- @include "fenced"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
-local item = B .. 'i:' .. ARGV[2]
+local item = base .. 'i:' .. ARGV[2]
 if not holds(item, ARGV[3], now) then
   return 0
 end

@@ -2,17 +2,20 @@
   extend_held: a worker's heartbeat reaches its claims in this pool: every
   unexpired lease it holds moves to now + that item's lease length.
 
-  KEYS[1] leases    KEYS[2] the worker's held set in this pool
-  ARGV[1] clock offset   ARGV[2] worker id   ARGV[3] the pool's key prefix
+  KEYS[1] leases
+  KEYS[2] the worker's held set in this pool
+  ARGV[1] clock offset
+  ARGV[2] worker id
+  ARGV[3] the pool's key prefix
 
   Returns how many leases were extended. Expired ones are left for settle().
 ]]
 --- @include "clock"
 local now = now(ARGV[1])
-local B = ARGV[3]
+local base = ARGV[3]
 local count = 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  local item = B .. 'i:' .. id
+  local item = base .. 'i:' .. id
   local f = redis.call('HMGET', item, 'st', 'cb', 'le', 'ls')
   if f[1] == 'claimed' and f[2] == ARGV[2] then
     if tonumber(f[3]) > now then

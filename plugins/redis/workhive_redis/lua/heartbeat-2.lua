@@ -2,8 +2,10 @@
   heartbeat: a live worker says it is alive (its leases are extended pool
   by pool afterwards, by extend_held-2.lua, only when this succeeded).
 
-  KEYS[1] the worker's record   KEYS[2] beats
-  ARGV[1] clock offset   ARGV[2] worker id
+  KEYS[1] the worker's record
+  KEYS[2] beats
+  ARGV[1] clock offset
+  ARGV[2] worker id
 
   Returns {1, record fields...} (HGETALL order), {0} for an unknown worker,
   {-1, last heartbeat} for a worker declared lost (it must stop).

@@ -3,7 +3,8 @@
   processes opening a new hive at once never see half a record.
 
   KEYS[1] the version record (a hash)
-  ARGV[1] owner   ARGV[2] layout version
+  ARGV[1] owner
+  ARGV[2] layout version
   Returns the record as it now is, as a flat list of field, value.
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then

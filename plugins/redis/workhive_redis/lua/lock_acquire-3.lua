@@ -1,11 +1,17 @@
 --[[
   lock_acquire: take a fleet-wide lock if nobody holds it.
 
-  KEYS[1] the lock (hash: holder record)   KEYS[2] the fencing token counter
+  KEYS[1] the lock (hash: holder record)
+  KEYS[2] the fencing token counter
   KEYS[3] held locks (set of lock members, for listing)
-  ARGV[1] owner (random, one per acquisition)   ARGV[2] liveness in ms
-  ARGV[3] lock member   ARGV[4] name (JSON)   ARGV[5] pid   ARGV[6] host
-  ARGV[7] worker id (JSON)   ARGV[8] ttl ('' = none)
+  ARGV[1] owner (random, one per acquisition)
+  ARGV[2] liveness in ms
+  ARGV[3] lock member
+  ARGV[4] name (JSON)
+  ARGV[5] pid
+  ARGV[6] host
+  ARGV[7] worker id (JSON)
+  ARGV[8] ttl ('' = none)
 
   Returns {1, token, acquired_at} when taken: the token comes from INCR, so
   it is above every token handed out before under this prefix. Returns

@@ -1,7 +1,8 @@
 --[[
   lock_list: every held lock's record; members whose lock lapsed are dropped.
 
-  KEYS[1] held locks   ARGV[1] prefix of lock keys
+  KEYS[1] held locks
+  ARGV[1] prefix of lock keys
   Returns a list of records, each a flat HGETALL list.
 ]]
 local out = {}

@@ -3,7 +3,8 @@
   It is the first part of every item id of the pool, which keeps ids unique
   across pools while each pool counts its items in its own slot.
 
-  KEYS[1] pools (hash: pool name -> number)   KEYS[2] the pool counter
+  KEYS[1] pools (hash: pool name -> number)
+  KEYS[2] the pool counter
   ARGV[1] pool name
 
   Returns the number, or an error when 2^24 pools have been named.

@@ -1,8 +1,11 @@
 --[[
   push: store new PENDING items; returns their ids in order.
 
-  KEYS[1] ready     KEYS[2] delayed   KEYS[3] seq (item counter of the pool)
-  KEYS[4] dedup     KEYS[5] n (items in the pool)
+  KEYS[1] ready
+  KEYS[2] delayed
+  KEYS[3] seq (item counter of the pool)
+  KEYS[4] dedup
+  KEYS[5] n (items in the pool)
   ARGV[1] clock offset
   ARGV[2] the pool's number (allocated once by pool_index-2.lua)
   ARGV[3] the pool's wake channel
@@ -16,7 +19,7 @@
 ]]
 --- @include "clock"
 --- @include "ready"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
 local pool_number = tonumber(ARGV[2])
 local created = num(now)
@@ -36,14 +39,14 @@ for i = 4, #ARGV, 5 do
     local id = string.format('i%06x%010x', pool_number, seq)
     local priority = tonumber(ARGV[i + 1])
     local available_at = now + tonumber(ARGV[i + 2])
-    local item = B .. 'i:' .. id
+    local item = base .. 'i:' .. id
     redis.call('HSET', item, 'p', ARGV[i], 'st', 'pending', 'pr', ARGV[i + 1], 'at', 0, 'ma', ARGV[i + 3],
       'tk', 0, 'ca', created, 'aa', num(available_at), 'rl', 0)
     if key ~= '' then
       redis.call('HSET', item, 'dk', key)
       redis.call('HSET', KEYS[4], key, id)
     end
-    if enqueue(B, id, priority, available_at, now) then
+    if enqueue(base, id, priority, available_at, now) then
       ready = true
     end
     added = added + 1

@@ -7,8 +7,11 @@
   reaper that dies in between leaves it in the set, and the next reap
   finishes the job.
 
-  KEYS[1] beats     KEYS[2] reaping (lost workers whose items are still being released)
-  ARGV[1] clock offset   ARGV[2] threshold seconds   ARGV[3] prefix of worker records
+  KEYS[1] beats
+  KEYS[2] reaping (lost workers whose items are still being released)
+  ARGV[1] clock offset
+  ARGV[2] threshold seconds
+  ARGV[3] prefix of worker records
 
   Returns a flat list: worker id, last heartbeat, 1 if declared lost now
   (0 if left over from an earlier reap).

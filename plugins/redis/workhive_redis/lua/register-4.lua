@@ -2,10 +2,16 @@
   register: insert or replace a worker's record: STARTING, registered and
   last heard from now; it moves to the end of the registration order.
 
-  KEYS[1] the worker's record (hash)   KEYS[2] workers (registration order)
-  KEYS[3] the registration counter     KEYS[4] beats (last heartbeat of live workers)
-  ARGV[1] clock offset   ARGV[2] worker id   ARGV[3] host   ARGV[4] pid
-  ARGV[5] pools (JSON list)   ARGV[6] capabilities (JSON list)
+  KEYS[1] the worker's record (hash)
+  KEYS[2] workers (registration order)
+  KEYS[3] the registration counter
+  KEYS[4] beats (last heartbeat of live workers)
+  ARGV[1] clock offset
+  ARGV[2] worker id
+  ARGV[3] host
+  ARGV[4] pid
+  ARGV[5] pools (JSON list)
+  ARGV[6] capabilities (JSON list)
 
   Returns the registration and heartbeat time (text).
 ]]

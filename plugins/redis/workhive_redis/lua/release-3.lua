@@ -2,29 +2,34 @@
   release: give a claim back without spending its attempt (shutdowns, rate
   limits): PENDING again after `delay` seconds, attempts - 1, releases + 1.
 
-  KEYS[1] ready     KEYS[2] delayed   KEYS[3] leases
-  ARGV[1] clock offset   ARGV[2] item id   ARGV[3] fencing token
-  ARGV[4] delay seconds  ARGV[5] the pool's wake channel
+  KEYS[1] ready
+  KEYS[2] delayed
+  KEYS[3] leases
+  ARGV[1] clock offset
+  ARGV[2] item id
+  ARGV[3] fencing token
+  ARGV[4] delay seconds
+  ARGV[5] the pool's wake channel
 
   Returns 1, or 0 when the claim is not live (nothing changed).
 ]]
 --- @include "clock"
 --- @include "ready"
 --- @include "fenced"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
 local id = ARGV[2]
-local item = B .. 'i:' .. id
+local item = base .. 'i:' .. id
 if not holds(item, ARGV[3], now) then
   return 0
 end
-finish_claim(B, item, id)
+finish_claim(base, item, id)
 local available_at = now + tonumber(ARGV[4])
 redis.call('HINCRBY', item, 'at', -1)
 redis.call('HINCRBY', item, 'rl', 1)
 redis.call('HSET', item, 'st', 'pending', 'aa', num(available_at))
 redis.call('HDEL', item, 'cb', 'le', 'ls')
-if enqueue(B, id, tonumber(redis.call('HGET', item, 'pr')), available_at, now) then
+if enqueue(base, id, tonumber(redis.call('HGET', item, 'pr')), available_at, now) then
   redis.call('PUBLISH', ARGV[5], '1')
 end
 return 1

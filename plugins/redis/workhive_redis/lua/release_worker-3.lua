@@ -2,8 +2,12 @@
   release_worker: put every item a worker holds in this pool back to
   PENDING, available now (its worker stopped, or was declared lost).
 
-  KEYS[1] ready     KEYS[2] leases    KEYS[3] the worker's held set in this pool
-  ARGV[1] clock offset   ARGV[2] worker id   ARGV[3] '1' to spend the attempt
+  KEYS[1] ready
+  KEYS[2] leases
+  KEYS[3] the worker's held set in this pool
+  ARGV[1] clock offset
+  ARGV[2] worker id
+  ARGV[3] '1' to spend the attempt
   ARGV[4] the pool's wake channel
 
   With the attempt spent, an item whose attempts are used up is POISONED;
@@ -12,19 +16,19 @@
 ]]
 --- @include "clock"
 --- @include "ready"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
 local worker = ARGV[2]
 local spend = ARGV[3] == '1'
 local released, poisoned = 0, 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  local item = B .. 'i:' .. id
+  local item = base .. 'i:' .. id
   local f = redis.call('HMGET', item, 'st', 'cb', 'at', 'ma', 'pr')
   if f[1] == 'claimed' and f[2] == worker then
     redis.call('ZREM', KEYS[2], id)
     local attempts, max_attempts = tonumber(f[3]), tonumber(f[4])
     if spend and attempts >= max_attempts then
-      poison(B, item, id, 'worker ' .. worker .. ' was lost holding it on attempt ' .. attempts
+      poison(base, item, id, 'worker ' .. worker .. ' was lost holding it on attempt ' .. attempts
         .. ' of ' .. max_attempts, now)
       poisoned = poisoned + 1
     else
@@ -34,7 +38,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
       end
       redis.call('HSET', item, 'st', 'pending', 'aa', num(now))
       redis.call('HDEL', item, 'cb', 'le', 'ls')
-      enqueue(B, id, tonumber(f[5]), now, now)
+      enqueue(base, id, tonumber(f[5]), now, now)
       released = released + 1
     end
   end

@@ -2,8 +2,11 @@
   requeue: POISONED items back to PENDING, available now, attempts 0, the
   error kept; their dedup keys are held again (unless a live item took one).
 
-  KEYS[1] ready     KEYS[2] dead      KEYS[3] dedup
-  ARGV[1] clock offset   ARGV[2] the pool's wake channel
+  KEYS[1] ready
+  KEYS[2] dead
+  KEYS[3] dedup
+  ARGV[1] clock offset
+  ARGV[2] the pool's wake channel
   ARGV[3..] item ids; none = every poisoned item
 
   Returns how many were requeued (a repeated or unknown id counts nothing).
@@ -11,9 +14,9 @@
 --- @include "clock"
 --- @include "ready"
 --- @include "settle"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
-settle(B, now)
+settle(base, now)
 local ids = {}
 if #ARGV > 2 then
   for i = 3, #ARGV do
@@ -25,14 +28,14 @@ end
 local count = 0
 for _, id in ipairs(ids) do
   if redis.call('ZREM', KEYS[2], id) == 1 then
-    local item = B .. 'i:' .. id
+    local item = base .. 'i:' .. id
     redis.call('HSET', item, 'st', 'pending', 'at', 0, 'aa', num(now))
     redis.call('HDEL', item, 'fa', 'cb', 'le', 'ls')
     local key = redis.call('HGET', item, 'dk')
     if key then
       redis.call('HSETNX', KEYS[3], key, id)
     end
-    enqueue(B, id, tonumber(redis.call('HGET', item, 'pr')), now, now)
+    enqueue(base, id, tonumber(redis.call('HGET', item, 'pr')), now, now)
     count = count + 1
   end
 end

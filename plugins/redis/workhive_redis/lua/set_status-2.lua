@@ -1,8 +1,12 @@
 --[[
   set_status: a worker's self-reported status and detail.
 
-  KEYS[1] the worker's record   KEYS[2] beats
-  ARGV[1] worker id   ARGV[2] status   ARGV[3] '1' when a detail is given   ARGV[4] detail
+  KEYS[1] the worker's record
+  KEYS[2] beats
+  ARGV[1] worker id
+  ARGV[2] status
+  ARGV[3] '1' when a detail is given
+  ARGV[4] detail
 
   Returns 1, or 0 for an unknown worker. STOPPED and LOST workers leave
   the beats index, so reap never looks at them.

@@ -1,8 +1,10 @@
 --[[
   state_delete: remove a key; returns 1 if it was there and not expired.
 
-  KEYS[1] the namespace's values   KEYS[2] its expiry times
-  ARGV[1] clock offset   ARGV[2] key
+  KEYS[1] the namespace's values
+  KEYS[2] its expiry times
+  ARGV[1] clock offset
+  ARGV[2] key
 ]]
 --- @include "clock"
 local expires = redis.call('ZSCORE', KEYS[2], ARGV[2])

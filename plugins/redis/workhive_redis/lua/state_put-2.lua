@@ -2,8 +2,12 @@
   state_put: set a key of a shared-state namespace, with an optional expiry
   on the server's clock; expired keys of the namespace are dropped on the way.
 
-  KEYS[1] the namespace's values (hash)   KEYS[2] its expiry times (sorted set)
-  ARGV[1] clock offset   ARGV[2] key   ARGV[3] value   ARGV[4] ttl seconds ('' = none)
+  KEYS[1] the namespace's values (hash)
+  KEYS[2] its expiry times (sorted set)
+  ARGV[1] clock offset
+  ARGV[2] key
+  ARGV[3] value
+  ARGV[4] ttl seconds ('' = none)
 ]]
 --- @include "clock"
 local now = now(ARGV[1])

@@ -1,7 +1,8 @@
 --[[
   state_scan: every live key and value of a namespace (read only).
 
-  KEYS[1] the namespace's values   KEYS[2] its expiry times
+  KEYS[1] the namespace's values
+  KEYS[2] its expiry times
   ARGV[1] clock offset
 
   Returns a flat list key, value, ... (expired keys left out).

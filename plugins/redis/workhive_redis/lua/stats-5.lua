@@ -1,7 +1,10 @@
 --[[
   stats: the pool's counts, settled to the server's clock first.
 
-  KEYS[1] ready     KEYS[2] delayed   KEYS[3] leases    KEYS[4] done
+  KEYS[1] ready
+  KEYS[2] delayed
+  KEYS[3] leases
+  KEYS[4] done
   KEYS[5] dead
   ARGV[1] clock offset
 
@@ -12,13 +15,13 @@
 --- @include "clock"
 --- @include "ready"
 --- @include "settle"
-local B = string.sub(KEYS[1], 1, -6)
+local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
-settle(B, now)
+settle(base, now)
 local oldest = false
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 while #head > 0 do
-  local at = redis.call('HGET', B .. 'i:' .. string.sub(head[1], 15), 'aa')
+  local at = redis.call('HGET', base .. 'i:' .. string.sub(head[1], 15), 'aa')
   if at and (not oldest or tonumber(at) < tonumber(oldest)) then
     oldest = at
   end

@@ -5,7 +5,9 @@
   wait is at most max_wait, else nothing changes.
 
   KEYS[1] the TATs (hash: budget key -> seconds on the server's clock)
-  ARGV[1] clock offset   ARGV[2] max_wait ('inf' allowed)   ARGV[3] number of choices
+  ARGV[1] clock offset
+  ARGV[2] max_wait ('inf' allowed)
+  ARGV[3] number of choices
   then per choice: number of takes, then per take: field, interval, tolerance, cost
   Returns {index (0-based), wait} with wait as text (num).
 ]]

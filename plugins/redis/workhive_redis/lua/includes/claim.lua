@@ -1,5 +1,5 @@
 --[[
-  claim(B, worker, limit, lease, now): take up to `limit` claimable items.
+  claim(base, worker, limit, lease, now): take up to `limit` claimable items.
 
   Settles first (delayed items, expired leases), then pops the best ready
   items. Each gets state CLAIMED, its holder, attempts + 1, a fencing token
@@ -11,25 +11,25 @@
   id, payload, priority, attempts, max_attempts, token, created_at,
   available_at, dedup_key, error, releases.
 ]]
-local function claim(B, worker, limit, lease, now)
-  settle(B, now)
+local function claim(base, worker, limit, lease, now)
+  settle(base, now)
   local out = {}
-  local members = redis.call('ZRANGE', B .. 'ready', 0, limit - 1)
+  local members = redis.call('ZRANGE', base .. 'ready', 0, limit - 1)
   if #members == 0 then
     return out
   end
   local expires = num(now + lease)
   out[1] = expires
   local lease_text = num(lease)
-  local held = B .. 'held:' .. worker
+  local held = base .. 'held:' .. worker
   for _, member in ipairs(members) do
     local id = string.sub(member, 15)
-    local item = B .. 'i:' .. id
-    redis.call('ZREM', B .. 'ready', member)
-    local token = redis.call('INCR', B .. 'tokens')
+    local item = base .. 'i:' .. id
+    redis.call('ZREM', base .. 'ready', member)
+    local token = redis.call('INCR', base .. 'tokens')
     local attempts = redis.call('HINCRBY', item, 'at', 1)
     redis.call('HSET', item, 'st', 'claimed', 'cb', worker, 'tk', token, 'ls', lease_text, 'le', expires)
-    redis.call('ZADD', B .. 'leases', expires, id)
+    redis.call('ZADD', base .. 'leases', expires, id)
     redis.call('SADD', held, id)
     local f = redis.call('HMGET', item, 'p', 'pr', 'ma', 'ca', 'aa', 'dk', 'er', 'rl')
     local n = #out

@@ -4,34 +4,34 @@
   expired on the server's clock. complete, fail, release and extend act
   only then, and change nothing otherwise.
 
-  finish_claim(B, item, id): drop the lease and the holder's index entry.
+  finish_claim(base, item, id): drop the lease and the holder's index entry.
 ]]
 local function holds(item, token, now)
   local f = redis.call('HMGET', item, 'st', 'tk', 'le')
   return f[1] == 'claimed' and f[2] == token and tonumber(f[3]) > now
 end
 
-local function finish_claim(B, item, id)
-  redis.call('ZREM', B .. 'leases', id)
+local function finish_claim(base, item, id)
+  redis.call('ZREM', base .. 'leases', id)
   local holder = redis.call('HGET', item, 'cb')
   if holder then
-    redis.call('SREM', B .. 'held:' .. holder, id)
+    redis.call('SREM', base .. 'held:' .. holder, id)
   end
 end
 
--- complete(B, id, token, result, now): DONE, the result kept (result '' = none).
-local function complete(B, id, token, result, now)
-  local item = B .. 'i:' .. id
+-- complete(base, id, token, result, now): DONE, the result kept (result '' = none).
+local function complete(base, id, token, result, now)
+  local item = base .. 'i:' .. id
   if not holds(item, token, now) then
     return 0
   end
-  finish_claim(B, item, id)
+  finish_claim(base, item, id)
   redis.call('HSET', item, 'st', 'done', 'fa', num(now))
   if result ~= '' then
     redis.call('HSET', item, 'rs', result)
   end
   redis.call('HDEL', item, 'le', 'ls')
-  redis.call('ZADD', B .. 'done', now, id)
-  dedup_release(B, item, id)
+  redis.call('ZADD', base .. 'done', now, id)
+  dedup_release(base, item, id)
   return 1
 end

@@ -1,5 +1,12 @@
 --[[
-  The ready set: PENDING items whose time has come, in claim order.
+  A pool's keys, and its ready set: PENDING items whose time has come, in claim order.
+
+  pool_base(ready_key): the prefix every key of the pool starts with,
+  '{<hive prefix>/<pool>}:' (PoolKeys.base in keys.py). Pool scripts take
+  the pool's ready key as KEYS[1] and derive the prefix from it, so that
+  item keys (base .. 'i:' .. id) and the pool's other keys can be named
+  inside the script without passing the prefix again. Item hashes use
+  two-letter field names; their legend is ITEM_FIELDS in keys.py.
 
   One sorted set per pool. Its score is -priority (higher priority first);
   members of one score sort by their bytes, and a member is the item's
@@ -7,35 +14,39 @@
   a priority the earliest available item comes first and ties go to the
   older id (ids rise with every push).
 
-  enqueue(B, id, priority, available_at, now) puts a PENDING item where it
+  enqueue(base, id, priority, available_at, now) puts a PENDING item where it
   belongs: the ready set when its time has come, else the delayed set
   (score = available_at), which settle() drains as time passes.
   Returns true when it went to the ready set (worth a wake-up).
 ]]
+local function pool_base(ready_key)
+  return string.sub(ready_key, 1, -#'ready' - 1) -- strip the trailing 'ready'
+end
+
 local function ready_member(available_at, id)
   return string.format('%014x', math.floor(available_at * 1000000)) .. id
 end
 
-local function enqueue(B, id, priority, available_at, now)
+local function enqueue(base, id, priority, available_at, now)
   if available_at <= now then
-    redis.call('ZADD', B .. 'ready', -priority, ready_member(available_at, id))
+    redis.call('ZADD', base .. 'ready', -priority, ready_member(available_at, id))
     return true
   end
-  redis.call('ZADD', B .. 'delayed', available_at, id)
+  redis.call('ZADD', base .. 'delayed', available_at, id)
   return false
 end
 
-local function dedup_release(B, item, id)
+local function dedup_release(base, item, id)
   local key = redis.call('HGET', item, 'dk')
-  if key and redis.call('HGET', B .. 'dedup', key) == id then
-    redis.call('HDEL', B .. 'dedup', key)
+  if key and redis.call('HGET', base .. 'dedup', key) == id then
+    redis.call('HDEL', base .. 'dedup', key)
   end
 end
 
 -- Move an item to POISONED (dead-letter): kept with its error and finish time.
-local function poison(B, item, id, error, now)
+local function poison(base, item, id, error, now)
   redis.call('HSET', item, 'st', 'poisoned', 'er', error, 'fa', num(now))
   redis.call('HDEL', item, 'le', 'ls')
-  redis.call('ZADD', B .. 'dead', now, id)
-  dedup_release(B, item, id)
+  redis.call('ZADD', base .. 'dead', now, id)
+  dedup_release(base, item, id)
 end

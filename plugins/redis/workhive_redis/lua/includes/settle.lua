@@ -1,5 +1,5 @@
 --[[
-  settle(B, now): bring the pool's indexes up to date with the clock.
+  settle(base, now): bring the pool's indexes up to date with the clock.
 
   * Delayed items whose available_at has come move to the ready set.
   * Expired leases are settled: an item with attempts left becomes PENDING,
@@ -13,30 +13,30 @@
 ]]
 local SETTLE_MAX = 1000
 
-local function settle(B, now)
-  local due = redis.call('ZRANGEBYSCORE', B .. 'delayed', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
+local function settle(base, now)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'delayed', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
   for _, id in ipairs(due) do
-    local item = B .. 'i:' .. id
+    local item = base .. 'i:' .. id
     local f = redis.call('HMGET', item, 'pr', 'aa')
-    redis.call('ZREM', B .. 'delayed', id)
-    redis.call('ZADD', B .. 'ready', -tonumber(f[1]), ready_member(tonumber(f[2]), id))
+    redis.call('ZREM', base .. 'delayed', id)
+    redis.call('ZADD', base .. 'ready', -tonumber(f[1]), ready_member(tonumber(f[2]), id))
   end
-  local expired = redis.call('ZRANGEBYSCORE', B .. 'leases', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
+  local expired = redis.call('ZRANGEBYSCORE', base .. 'leases', '-inf', now, 'LIMIT', 0, SETTLE_MAX)
   for _, id in ipairs(expired) do
-    local item = B .. 'i:' .. id
+    local item = base .. 'i:' .. id
     local f = redis.call('HMGET', item, 'at', 'ma', 'cb', 'le', 'pr')
     local attempts, max_attempts, holder = tonumber(f[1]), tonumber(f[2]), f[3]
-    redis.call('ZREM', B .. 'leases', id)
+    redis.call('ZREM', base .. 'leases', id)
     if holder then
-      redis.call('SREM', B .. 'held:' .. holder, id)
+      redis.call('SREM', base .. 'held:' .. holder, id)
     end
     if attempts >= max_attempts then
-      poison(B, item, id, 'lease expired after attempt ' .. attempts .. ' of ' .. max_attempts
+      poison(base, item, id, 'lease expired after attempt ' .. attempts .. ' of ' .. max_attempts
         .. ' (worker ' .. (holder or '?') .. ' stopped heartbeating or crashed)', now)
     else
       redis.call('HSET', item, 'st', 'pending', 'aa', f[4])
       redis.call('HDEL', item, 'cb', 'le', 'ls')
-      redis.call('ZADD', B .. 'ready', -tonumber(f[5]), ready_member(tonumber(f[4]), id))
+      redis.call('ZADD', base .. 'ready', -tonumber(f[5]), ready_member(tonumber(f[4]), id))
     end
   end
 end

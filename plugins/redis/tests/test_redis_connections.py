@@ -13,12 +13,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import workhive_redis.client as client_module
-from loading_proxy import LoadingProxy
+import workhive_redis.connections as client_module
+from redis_loading_proxy import LoadingProxy
+from redis_server import REDIS_URL, new_prefix, url_for
 from workhive_redis import RedisLocks
 
 import workhive
-from conftest import REDIS_URL, new_prefix, url_for
 from workhive.errors import StorageUnavailable
 
 

@@ -1,4 +1,4 @@
-"""Bad input and hostile servers: a specific error naming host:port (never the password), nothing changed."""
+"""Opening a store: URL forms, options, create=False, bad input, the CLI; never the password, nothing changed."""
 
 from __future__ import annotations
 
@@ -7,30 +7,16 @@ from pathlib import Path
 
 import pytest
 import redis as redis_py
-from private_server import PrivateRedis
+from redis_server import REDIS_URL, SECRET, PrivateRedis, keys_of, new_prefix, url_for
 from workhive_redis import RedisLocks, RedisStorage, parse_url
 
 import workhive
-from conftest import REDIS_URL, new_prefix, url_for
 from workhive.errors import (
     ConfigError,
     HiveNotFound,
-    InvalidItem,
-    SchemaVersionError,
-    StorageError,
     StorageUnavailable,
 )
 from workhive.models import ItemState
-
-SECRET = "s3cret-Pa55word"
-
-
-def _keys(prefix: str, base: str = REDIS_URL) -> list[str]:
-    client = redis_py.Redis.from_url(base.split("?")[0], decode_responses=True)
-    try:
-        return sorted(k for pattern in (f"{{{prefix}}}*", f"{{{prefix}/*") for k in client.scan_iter(match=pattern))
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize(
@@ -60,25 +46,6 @@ def test_the_password_never_shows(tmp_path: Path) -> None:
     assert (cfg.where, cfg.db, cfg.username) == ("127.0.0.1:6379", 3, "user")
 
 
-def test_an_unreachable_server_is_named_and_the_password_is_not() -> None:
-    async def main() -> None:
-        with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1:1\b") as info:
-            async with workhive.open(f"redis://:{SECRET}@127.0.0.1:1/0?retry_for=0.3"):
-                pass
-        assert SECRET not in str(info.value)
-
-    asyncio.run(main())
-
-
-def test_a_database_out_of_range_is_a_clear_error() -> None:
-    async def main() -> None:
-        with pytest.raises(StorageUnavailable, match="no database 99999"):
-            async with workhive.open(url_for(new_prefix(), base=REDIS_URL.rsplit("/", 1)[0] + "/99999")):
-                pass
-
-    asyncio.run(main())
-
-
 def test_create_false_on_an_empty_prefix_raises_and_writes_nothing() -> None:
     prefix = new_prefix()
 
@@ -88,86 +55,7 @@ def test_create_false_on_an_empty_prefix_raises_and_writes_nothing() -> None:
                 pass
 
     asyncio.run(main())
-    assert _keys(prefix) == []
-
-
-def test_a_hive_created_by_another_process_while_this_one_opens_is_not_foreign(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Two processes opening a new prefix at once: the one that looks second sees the first's version key.
-
-    The other process is simulated where the race is: between reading that there is no version key
-    and scanning the prefix for foreign keys.
-    """
-    prefix = new_prefix()
-    looked = RedisStorage._find_keys
-
-    async def other_process_opens_first(self: RedisStorage) -> str | None:
-        monkeypatch.setattr(RedisStorage, "_find_keys", looked)
-        async with workhive.open(url_for(prefix)):  # creates the hive's version record
-            pass
-        return await looked(self)  # finds that record: no version key when TYPE was asked, one now
-
-    async def main() -> None:
-        monkeypatch.setattr(RedisStorage, "_find_keys", other_process_opens_first)
-        async with workhive.open(url_for(prefix)) as hive:
-            await hive.pool("p").push({"n": 1})
-        async with workhive.open(url_for(prefix), create=False) as hive:
-            assert (await hive.pool("p").stats()).pending == 1
-
-    asyncio.run(main())
-
-
-def test_many_processes_opening_one_new_prefix_at_once_all_open() -> None:
-    prefix = new_prefix()
-
-    async def main() -> None:
-        hives = [workhive.open(url_for(prefix)) for _ in range(12)]
-        try:
-            await asyncio.gather(*(h.open() for h in hives))
-        finally:
-            await asyncio.gather(*(h.close() for h in hives))
-
-    asyncio.run(main())
-
-
-def test_foreign_keys_or_a_newer_layout_under_the_prefix_are_refused_and_left_alone() -> None:
-    foreign, newer = new_prefix(), new_prefix()
-    client = redis_py.Redis.from_url(REDIS_URL.split("?")[0], decode_responses=True)
-    try:
-        client.set(f"{{{foreign}}}:something", "theirs")
-        client.hset(f"{{{newer}}}:version", mapping={"by": "workhive-redis", "schema": "99"})
-    finally:
-        client.close()
-
-    async def main() -> None:
-        with pytest.raises(StorageError, match="another program"):
-            async with workhive.open(url_for(foreign)):
-                pass
-        with pytest.raises(SchemaVersionError, match="newer"):
-            async with workhive.open(url_for(newer)):
-                pass
-
-    asyncio.run(main())
-    assert _keys(foreign) == [f"{{{foreign}}}:something"]
-    assert _keys(newer) == [f"{{{newer}}}:version"]
-
-
-def test_an_oversized_value_is_refused_before_anything_is_stored() -> None:
-    async def main() -> None:
-        async with workhive.open(url_for(new_prefix())) as hive:
-            pool = hive.pool("jobs")
-            await pool.push("small")
-            with pytest.raises(InvalidItem, match="at most"):
-                await pool.push("x" * (17 * 1024 * 1024))
-            item = await pool.claim("w1")
-            assert item is not None
-            with pytest.raises(InvalidItem):
-                await pool.complete(item, "y" * (17 * 1024 * 1024))
-            stats = await pool.stats()
-            assert (stats.pending, stats.claimed, stats.done) == (0, 1, 0)
-
-    asyncio.run(main())
+    assert keys_of(prefix) == []
 
 
 def test_a_server_that_persists_nothing_says_so() -> None:
@@ -185,41 +73,6 @@ def test_a_server_that_persists_nothing_says_so() -> None:
                 assert all("persists nothing" not in n for n in notices)
 
     asyncio.run(main())
-
-
-def test_private_server_wrong_password_acl_without_scripting_and_script_flush(tmp_path: Path) -> None:
-    server = PrivateRedis(tmp_path, "--requirepass", SECRET)
-    server.start()
-    base = f"redis://:{SECRET}@127.0.0.1:{server.port}/0"
-    try:
-        admin = redis_py.Redis.from_url(base, decode_responses=True)
-        admin.acl_setuser("noscript", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
-                          commands=["+@all", "-@scripting"])  # fmt: skip
-        admin.close()
-
-        async def main() -> None:
-            with pytest.raises(StorageUnavailable, match="refused the login") as info:
-                async with workhive.open(f"redis://:wrong-{SECRET}@127.0.0.1:{server.port}/0?retry_for=0.3"):
-                    pass
-            assert SECRET not in str(info.value)
-            with pytest.raises(StorageUnavailable, match="scripting"):
-                async with workhive.open(f"redis://noscript:pw@127.0.0.1:{server.port}/0?retry_for=0.3"):
-                    pass
-            async with workhive.open(f"{base}?prefix=flush") as hive:
-                assert await hive.storage.notices() == []  # type: ignore[attr-defined]
-                pool = hive.pool("jobs")
-                await pool.push_many(["a", "b"])
-                first = await pool.claim("w1")
-                client = redis_py.Redis.from_url(base)
-                client.script_flush()  # the scripts are gone, as after a restart
-                client.close()
-                assert first is not None
-                second = await pool.complete_and_claim(first, "ok", "w1")
-                assert second is not None and second.data == "b"
-
-        asyncio.run(main())
-    finally:
-        server.stop()
 
 
 def test_replies_are_read_as_resp3_whatever_the_drivers_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -356,7 +209,7 @@ def test_an_option_given_twice_is_refused_naming_it_and_nothing_is_written(optio
                 await locks.close()
 
     asyncio.run(main())
-    assert _keys(first) == [] and _keys(second) == []
+    assert keys_of(first) == [] and keys_of(second) == []
 
 
 @pytest.mark.parametrize("char", RESERVED)

@@ -12,8 +12,11 @@ import asyncio
 import hashlib
 import os
 import pathlib
+from typing import Any
 
 import pytest
+
+from workhive.errors import WorkhiveError
 
 SERVER = os.environ.get("WORKHIVE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 _created: list[str] = []
@@ -78,3 +81,44 @@ def drop_created() -> None:
         names = list(_created)
         _created.clear()
         drop_schemas(names)
+
+
+# -- what the open, schema and failure tests share -----------------------------------
+SECRET = "pw-s3cr3t-never-shown"
+
+
+def with_password(url: str) -> str:
+    # The shared test server trusts local connections: any password is accepted.
+    return url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+
+
+async def sql(query: str, *args: Any) -> Any:
+    """The rows of one statement on a connection of its own to the server."""
+    import asyncpg
+
+    conn = await asyncpg.connect(SERVER)
+    try:
+        return await conn.fetch(query, *args)
+    finally:
+        await conn.close()
+
+
+async def schema_exists(schema: str) -> bool:
+    return bool(await sql("SELECT 1 FROM pg_namespace WHERE nspname = $1", schema))
+
+
+def assert_secret_free(*texts: object) -> None:
+    for text in texts:
+        assert SECRET not in str(text), f"the password leaked into: {text}"
+
+
+async def open_error(url: str, **options: Any) -> WorkhiveError:
+    """The error opening ``url`` raises, checked to show the password nowhere."""
+    from workhive_postgres import PostgresStorage
+
+    storage = PostgresStorage(url, **options)
+    assert_secret_free(repr(storage), storage.url, storage.config)
+    with pytest.raises(WorkhiveError) as info:
+        await storage.open()
+    assert_secret_free(str(info.value), repr(info.value), info.value.args)
+    return info.value

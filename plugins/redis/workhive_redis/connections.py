@@ -24,7 +24,7 @@ Failures, and who retries:
 * Refused by the server for good (wrong password, a database index out of
   range, an ACL that forbids ``EVALSHA``, out of memory): a
   ``StorageUnavailable``/``StorageError`` that says what to do. No message
-  ever contains the password.
+  ever contains the password (the messages are ``workhive_redis.failures``').
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from workhive.errors import OutcomeUnknown, StorageError, StorageUnavailable
-from workhive_redis.scripts import Script, load_scripts
+from workhive.errors import StorageError, StorageUnavailable
+from workhive_redis.failures import dropped_in_flight, refusal, still_loading, unreachable
+from workhive_redis.luafiles import Script, load_scripts
 from workhive_redis.url import RedisConfig
 
 __all__ = ["RedisClient"]
@@ -172,34 +173,21 @@ class RedisClient:
             except errors.BusyLoadingError:
                 # The server is loading its data after a restart: nothing ran.
                 if time.monotonic() + pause > loading_deadline:
-                    raise StorageUnavailable(
-                        f"Redis at {self.config.where} is still loading its data set after workhive waited "
-                        f"{round(time.monotonic() - started, 1):g}s (retry_for={loading_budget:g}); try again once it "
-                        "has loaded, or wait longer with ?retry_for=SECONDS in the URL",
-                        where=self.config.where,
-                    ) from None
+                    raise still_loading(self.config, time.monotonic() - started, loading_budget) from None
             except errors.AuthenticationError as exc:
-                raise self._refused(exc) from None
+                raise refusal(self.config, errors, exc) from None
             except errors.NoPermissionError as exc:
-                raise self._refused(exc) from None
+                raise refusal(self.config, errors, exc) from None
             except errors.ResponseError as exc:
-                raise self._refused(exc) from None
+                raise refusal(self.config, errors, exc) from None
             except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
                 if conn is not None:
                     await self._drop(conn)
                     conn = None
                 if sent and write:
-                    raise OutcomeUnknown(
-                        f"the connection to Redis at {self.config.where} dropped while a write was in flight "
-                        f"({_reason(exc)}): it was applied once or not at all",
-                        where=self.config.where,
-                    ) from None
+                    raise dropped_in_flight(self.config, exc) from None
                 if time.monotonic() + pause > deadline:
-                    raise StorageUnavailable(
-                        f"cannot reach Redis at {self.config.where}: {_reason(exc)} (retried for {budget:g}s); "
-                        "check that the server runs and the URL's host and port",
-                        where=self.config.where,
-                    ) from None
+                    raise unreachable(self.config, exc, budget) from None
             finally:
                 if conn is not None:
                     await self._drop(conn)
@@ -234,37 +222,3 @@ class RedisClient:
             await conn.disconnect(nowait=True)
         except Exception:  # a connection being thrown away may fail to close; nothing to do
             pass
-
-    def _refused(self, exc: Exception) -> StorageError:
-        errors = self._errors
-        where = self.config.where
-        text = _reason(exc)
-        if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
-            return StorageUnavailable(
-                f"Redis at {where} refused the login ({text}); check the user name and password in the URL",
-                where=where,
-            )
-        if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text:
-            return StorageUnavailable(
-                f"Redis at {where} does not let this user run what workhive needs ({text}); grant it "
-                "+@scripting (EVALSHA, SCRIPT LOAD), +@pubsub and read/write on the prefix's keys",
-                where=where,
-            )
-        if "DB index is out of range" in text or "invalid DB index" in text:
-            return StorageUnavailable(
-                f"Redis at {where} has no database {self.config.db} ({text}); use a smaller number in the URL "
-                "(redis://host:port/0) or raise the server's `databases` setting",
-                where=where,
-            )
-        if text.startswith("OOM"):
-            return StorageError(
-                f"Redis at {where} is out of memory ({text}); nothing was stored. Free memory, raise maxmemory, "
-                "or purge finished items (workhive purge)",
-                where=where,
-            )
-        return StorageError(f"Redis at {where} refused the command: {text}", where=where)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:300]

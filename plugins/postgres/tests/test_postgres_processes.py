@@ -13,8 +13,8 @@ from typing import Any
 
 import asyncpg
 import attrs
-import pg_server
-import pg_workers
+import postgres_server
+import postgres_workers
 import pytest
 
 import workhive
@@ -36,7 +36,8 @@ async def push_all(url: str, n: int) -> list[str]:
 def run_fleet(url: str, processes: int, coroutines: int, lease: float) -> tuple[list[Any], list[Any]]:
     out = CTX.Queue()
     procs = [
-        CTX.Process(target=pg_workers.drain, args=(url, f"p{i}", coroutines, lease, out)) for i in range(processes)
+        CTX.Process(target=postgres_workers.drain, args=(url, f"p{i}", coroutines, lease, out))
+        for i in range(processes)
     ]
     for p in procs:
         p.start()
@@ -94,7 +95,7 @@ def test_eight_processes_drain_forty_thousand_items_each_exactly_once(url: str) 
 
 
 async def terminate_backends(application_name: str) -> int:
-    conn = await asyncpg.connect(pg_server.SERVER)
+    conn = await asyncpg.connect(postgres_server.SERVER)
     try:
         rows = await conn.fetch(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", application_name
@@ -113,7 +114,7 @@ def test_connections_killed_by_the_server_during_a_drain_lose_nothing_and_accept
     schema: str,
 ) -> None:
     app = f"wh_fault_{schema[-8:]}"
-    url = pg_server.url_for(schema) + f"&application_name={app}"
+    url = postgres_server.url_for(schema) + f"&application_name={app}"
     n = 6000
     ids = asyncio.run(push_all(url, n))
     procs, (out,) = run_fleet(url, processes=4, coroutines=4, lease=3.0)
@@ -145,7 +146,7 @@ def test_a_sigkilled_worker_holding_claims_and_a_lock_loses_them_and_its_late_co
 ) -> None:
     asyncio.run(push_all(url, 5))
     ready = CTX.Queue()
-    proc = CTX.Process(target=pg_workers.hold_then_wait, args=(url, ready))
+    proc = CTX.Process(target=postgres_workers.hold_then_wait, args=(url, ready))
     proc.start()
     try:
         claims, lock_token, _pid = ready.get(timeout=120)

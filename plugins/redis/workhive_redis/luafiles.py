@@ -7,7 +7,7 @@ a line ``--- @include "name"``, so the text sent to the server is one
 self-contained script. Scripts are registered with ``SCRIPT LOAD`` when a
 backend opens, then called with ``EVALSHA``; after a server restart or a
 ``SCRIPT FLUSH`` the server answers ``NOSCRIPT`` and the caller loads them
-again (``workhive_redis.client``).
+again (``workhive_redis.connections``).
 """
 
 from __future__ import annotations
