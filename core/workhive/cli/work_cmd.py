@@ -11,7 +11,7 @@ import click
 
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli
 from workhive.config import PROGRESS_MODES
-from workhive.errors import PoolNotFound
+from workhive.errors import PoolNotFound, StorageError
 from workhive.redaction import install_log_scrubbing, scrub_data
 from workhive.terminal import log_to_stderr
 
@@ -157,9 +157,10 @@ def work_cmd(
     Raise workhive.RateLimited / AuthFailed / Permanent to steer retries.
 
     Exit status: 0 when drained (--until-empty) or stopped cleanly by SIGTERM,
-    1 when workers could not run or storage kept failing, 2 for bad configuration
-    (checked before anything runs: options, handler signature, storage, credentials,
-    lock provider; --until-empty on a pool that never had an item), 130 after a
+    1 when workers could not run or storage failed (unreachable, even at start, or
+    kept failing), 2 for bad configuration (checked before anything runs: options,
+    handler signature, storage URL and plugin, credentials, lock provider;
+    --until-empty on a pool that never had an item), 130 after a
     second signal (claims are put back without spending attempts). A signal sent
     to the whole process group (Ctrl-C, `timeout`) is one request to stop; the
     same signal again within a second is taken as that request delivered twice.
@@ -195,7 +196,10 @@ def work_cmd(
             hive.pool(pool)  # a bad pool name is InvalidName here
             return await hive.pools()
 
-    known = cli.run(reachable)
+    try:
+        known = cli.run(reachable)
+    except StorageError as exc:
+        _storage_failed(exc)
     if pool not in known:
         listing = ", ".join(sorted(known)) or "none yet"
         if until_empty:
@@ -214,9 +218,20 @@ def work_cmd(
     from workhive.runtime.progress import renderer_for
 
     # Progress goes to stderr, so stdout holds only the report (and --json stays one document).
-    report = run_fleet(options, on_progress=renderer_for(options.progress, sys.stderr), log_level=level)
+    try:
+        report = run_fleet(options, on_progress=renderer_for(options.progress, sys.stderr), log_level=level)
+    except StorageError as exc:  # the store went away between the check above and the fleet's own opening
+        _storage_failed(exc)
     if as_json:
         emit_json(report_json(report))
     else:
         print_report(report)
     click.get_current_context().exit(report.exit_code)
+
+
+def _storage_failed(exc: StorageError) -> None:
+    """A store that cannot be reached is the run failing (exit 1, retry later), not a command to fix (2)."""
+    from workhive.runtime.options import ExitCode
+
+    echo(f"error: {exc}", err=True)
+    click.get_current_context().exit(ExitCode.FAILURE)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,19 @@ def test_private_server_wrong_password_acl_without_scripting_and_script_flush(tm
         asyncio.run(main())
     finally:
         server.stop()
+
+
+def test_work_on_a_server_that_cannot_be_reached_is_a_failed_run_not_a_bad_command(tmp_path: Path) -> None:
+    """Exit 1 (the run failed: retry later), not 2 (fix the command), and the password is not shown."""
+    url = f"redis://:{SECRET}@127.0.0.1:1/0?retry_for=0.3"
+    command = ["work", "jobs", "--handler", "json:dumps", "--until-empty"]
+    done = subprocess.run(
+        [sys.executable, "-m", "workhive", "--storage", url, *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "error: " in done.stderr and "127.0.0.1:1" in done.stderr, done.stderr
+    assert SECRET not in done.stdout + done.stderr
