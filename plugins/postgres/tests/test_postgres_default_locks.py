@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pg_server
+import postgres_server
 
 import workhive
 import workhive_postgres.plugin
@@ -63,13 +63,14 @@ def test_the_locks_take_every_option_of_the_storage_url_and_its_schema(schema: s
         "schema": schema,
         "pool_size": "3",
         "connect_timeout": "7",
+        "command_timeout": "11",
         "retry_for": "9",
         "sslmode": "disable",
         "application_name": "wh_default_locks",
     }
     # A new storage URL option must be added here, so this test keeps covering all of them.
     assert set(options) == set(pg_url._OPTIONS)
-    url = with_password(pg_server.SERVER) + "?" + "&".join(f"{k}={v}" for k, v in options.items())
+    url = with_password(postgres_server.SERVER) + "?" + "&".join(f"{k}={v}" for k, v in options.items())
     manager = PluginManager(entry_points=False, extra=[("postgres", workhive_postgres.plugin)])
     hive = workhive.open(url, manager=manager)
     locks = hive.locks()
@@ -81,7 +82,7 @@ def test_the_locks_take_every_option_of_the_storage_url_and_its_schema(schema: s
 def test_workhive_work_with_only_postgres_installed_takes_its_locks_in_the_hive_schema(
     schema: str, tmp_path: Path
 ) -> None:
-    url = with_password(pg_server.url_for(schema))
+    url = with_password(postgres_server.url_for(schema))
     (tmp_path / "pg_default_locks_handler.py").write_text(HANDLER)
     pushed = cli(tmp_path, "--storage", url, "push", "jobs", "-", stdin="".join(f'{{"n": {i}}}\n' for i in range(6)))
     assert pushed.returncode == 0, pushed.stderr
@@ -117,7 +118,7 @@ def test_workhive_work_with_only_postgres_installed_takes_its_locks_in_the_hive_
 
 
 def test_workhive_locks_lists_the_postgres_locks_of_the_hive(schema: str, tmp_path: Path) -> None:
-    url = pg_server.url_for(schema)
+    url = postgres_server.url_for(schema)
 
     async def hold_and_list() -> subprocess.CompletedProcess[str]:
         locks = PostgresLocks(url)

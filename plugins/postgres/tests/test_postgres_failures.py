@@ -5,6 +5,7 @@ Every error names the server and says what to do; none shows the password.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import socket
 
@@ -132,3 +133,31 @@ async def test_a_session_ended_on_every_try_gives_up_within_retry_for_naming_the
     hive = workhive.open(postgres_server.url_for(schema) + "&retry_for=0.3")
     with pytest.raises(StorageUnavailable, match=r"127\.0\.0\.1:5432"):
         await hive.open()
+
+
+@pytest.mark.asyncio
+async def test_a_statement_left_unanswered_past_command_timeout_counts_as_a_lost_connection(
+    url: str, schema: str
+) -> None:
+    """A stalled or half-open network leaves a statement waiting forever, while the process's
+    heartbeats keep its items claimed. Past ``command_timeout`` the call gives up as on a lost
+    connection (its outcome unknown), instead of hanging. Here the server itself holds the
+    statement back: another session locks the items table."""
+    async with workhive.open(f"{url}&command_timeout=0.3&retry_for=1") as hive:
+        pool = hive.pool("stalled")
+        await pool.push({"n": 1})
+        (item,) = await pool.claim_many(1, "w1", lease=60)
+        blocker = await asyncpg.connect(**parse_url(url).connect_kwargs())
+        try:
+            transaction = blocker.transaction()
+            await transaction.start()
+            await blocker.execute(f'LOCK TABLE "{schema}".items IN ACCESS EXCLUSIVE MODE')
+            try:
+                with pytest.raises(StorageUnavailable):
+                    # Bounded only so that the old behaviour (waiting for the lock) ends the test too.
+                    await asyncio.wait_for(pool.complete(item, {"ok": True}), timeout=120)
+            finally:
+                await transaction.rollback()
+        finally:
+            await blocker.close()
+        assert (await pool.get(item.id)).state is ItemState.CLAIMED  # nothing was applied; the claim stands

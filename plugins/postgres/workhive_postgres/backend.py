@@ -206,7 +206,14 @@ class PostgresStorage:
     async def _open_pool(self, asyncpg: Any) -> Any:
         cfg = self.config
         settings = {"search_path": cfg.schema, "application_name": cfg.application_name}
-        pool = ConnectionPool(lambda: asyncpg.connect(**cfg.connect_kwargs(), server_settings=settings), cfg.pool_size)
+        # command_timeout: a statement the network stalled (or left half-open) fails as a lost
+        # connection instead of hanging while this process's heartbeats keep its items claimed.
+        pool = ConnectionPool(
+            lambda: asyncpg.connect(
+                **cfg.connect_kwargs(), command_timeout=cfg.command_timeout, server_settings=settings
+            ),
+            cfg.pool_size,
+        )
         try:
             conn = await pool.acquire()
         except WorkhiveError:

@@ -64,6 +64,8 @@ def is_connection_loss(exc: BaseException) -> bool:
         return False  # statement_timeout or a cancel: the statement failed, the connection is fine
     if isinstance(exc, asyncpg.exceptions.InterfaceError):
         return ended_by_server(exc)  # a closed connection; any other InterfaceError is misuse, not a loss
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):  # one class from 3.11 on
+        return True  # command_timeout: no answer in time (stalled or half-open): as good as lost
     return ended_by_server(exc) or isinstance(exc, connection_errors())
 
 

@@ -4,7 +4,7 @@ Forms::
 
     postgresql://user:password@host:port/database?schema=workhive
     postgres://user@host/database                 (port 5432, schema workhive)
-    ...?schema=NAME&pool_size=10&connect_timeout=10&retry_for=60&sslmode=require
+    ...?schema=NAME&pool_size=10&connect_timeout=10&command_timeout=30&retry_for=60&sslmode=require
 
 The password never leaves this module in any text: ``PostgresConfig.where``
 (``host:port/db``) and ``PostgresConfig.redacted`` are what messages and
@@ -27,7 +27,7 @@ __all__ = ["DEFAULT_SCHEMA", "PostgresConfig", "parse_url", "redact_url"]
 
 DEFAULT_SCHEMA = "workhive"
 SCHEMES = ("postgresql", "postgres")
-_OPTIONS = ("schema", "pool_size", "connect_timeout", "retry_for", "sslmode", "application_name")
+_OPTIONS = ("schema", "pool_size", "connect_timeout", "command_timeout", "retry_for", "sslmode", "application_name")
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # Lower case, so that it needs no quoting and means the same to every client.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -52,6 +52,9 @@ class PostgresConfig:
     schema: str = DEFAULT_SCHEMA
     pool_size: int = 10
     connect_timeout: float = 10.0
+    #: seconds a storage statement may go unanswered before its connection counts as lost (a
+    #: stalled or half-open network); not applied to lock waits, which the server bounds itself
+    command_timeout: float = 30.0
     retry_for: float = 60.0
     sslmode: str | None = None
     application_name: str = "workhive"
@@ -163,6 +166,7 @@ def parse_url(url: str) -> PostgresConfig:
         schema=schema,
         pool_size=int(_number("pool_size", query.get("pool_size", "10"), 1, True)),
         connect_timeout=_number("connect_timeout", query.get("connect_timeout", "10"), 0.1, False),
+        command_timeout=_number("command_timeout", query.get("command_timeout", "30"), 0.1, False),
         retry_for=_number("retry_for", query.get("retry_for", "60"), 0, False),
         sslmode=sslmode,
         application_name=query.get("application_name", "workhive")[:63],

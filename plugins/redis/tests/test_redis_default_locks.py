@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import workhive_redis.plugin
+from redis_server import new_prefix, url_for
 from workhive_redis import url as redis_url
 from workhive_redis.locks import RedisLocks
 
 import workhive
-from conftest import new_prefix, url_for
 from workhive.plugin_manager import ENTRY_POINT_GROUP, PluginManager
 
 HANDLER = """
