@@ -70,7 +70,7 @@ def make_target(engine: str, workdir: Path, server: PrivatePostgres | PrivateRed
     proxy.start()
     retry = RETRY_FOR[engine]
     if isinstance(server, PrivatePostgres):
-        options = f"?schema={name}&connect_timeout=3"
+        options = f"?schema={name}&connect_timeout=3&command_timeout=3"
         fleet = f"{server.dsn(proxy.port)}{options}&retry_for={retry:g}"
         direct = f"{server.dsn()}{options}&retry_for=1&pool_size=2"
     else:
