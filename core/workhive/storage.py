@@ -24,12 +24,13 @@ sees only valid input.
 ======================  ====  ==================  ==========================================================  ==========================================================================
 file                    id    method              rule                                                        checked by
 ======================  ====  ==================  ==========================================================  ==========================================================================
-opening.py              F1    factory (plugin)    ``factory(url, *, create=True, clock=None, ...)``: with     (unknown options: each plugin's own tests),
+opening.py              F1    factory (plugin)    ``factory(url, *, create=True, clock=None, ...)``: with     (unknown options: tests/core/test_storage_options.py),
                                                   ``create=False`` a hive that does not exist raises          create_false_opens_only_an_existing_hive
                                                   ``HiveNotFound`` naming the place (never a secret) and
                                                   creates nothing (no file, directory, schema or key); an
                                                   existing one opens. Unknown options: ``ConfigError``
-                                                  naming them.
+                                                  naming them (the core refuses any the plugin's
+                                                  ``StoragePlugin(options=...)`` does not declare).
                         F2    factory (plugin)    Embedded backends take ``clock=`` (a callable returning     (every test: ManualClock),
                                                   seconds); server backends take ``clock_offset=`` (a         [model]
                                                   callable; seconds added to every server time they read).

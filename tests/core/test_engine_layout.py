@@ -14,9 +14,13 @@ import pytest
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 
-#: engine -> (package, its name in test classes). PostgreSQL and Redis join once their
-#: folders follow the layout (the house-servers branch of issue 25).
-ENGINES = {"memory": ("workhive_memory", "Memory"), "sqlite": ("workhive_sqlite", "Sqlite")}
+#: engine -> (package, its name in test classes)
+ENGINES = {
+    "memory": ("workhive_memory", "Memory"),
+    "sqlite": ("workhive_sqlite", "Sqlite"),
+    "postgres": ("workhive_postgres", "Postgres"),
+    "redis": ("workhive_redis", "Redis"),
+}
 
 #: Every engine has these.
 REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "py.typed"}
@@ -24,9 +28,14 @@ REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "py
 WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
 OPTIONAL = {"clock.py", "connections.py", "wakeups.py", "locks.py"}
 #: Engine-specific modules, named for what they hold (CONTRIBUTING's "extra" row).
-EXTRA = {"memory": {"items.py"}, "sqlite": {"ops.py"}}
+EXTRA = {"memory": {"items.py"}, "sqlite": {"ops.py"}, "postgres": set(), "redis": {"keys.py"}}
 #: Which of WHERE_NEEDED each engine must have.
-CONCERNS = {"memory": set(), "sqlite": {"failures.py", "schema.py", "sqlfiles.py"}}
+CONCERNS = {
+    "memory": set(),
+    "sqlite": {"failures.py", "schema.py", "sqlfiles.py"},
+    "postgres": {"failures.py", "schema.py", "sqlfiles.py"},
+    "redis": {"failures.py", "schema.py", "luafiles.py"},
+}
 
 _SUITE_CLASS = re.compile(
     r"Test(?P<engine>[A-Z][a-z]+)(?P<variant>[A-Za-z]*?)(?P<suite>Budget|Lock)?(?:Stateful)?Contract"
