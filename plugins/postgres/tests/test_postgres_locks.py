@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
+import asyncpg
+import pytest
 from postgres_server import schema_for, url_for
 
+from workhive.errors import WorkhiveError
 from workhive.locks import LockProvider
 from workhive.testing.locks import LockContract
-from workhive_postgres import PostgresLocks
+from workhive_postgres import PostgresLocks, parse_url
 
 
 class TestPostgresLockContract(LockContract):
@@ -16,3 +20,41 @@ class TestPostgresLockContract(LockContract):
 
     def make_provider(self, tmp_path: pathlib.Path) -> LockProvider:
         return PostgresLocks(url_for(schema_for(tmp_path)))
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_whose_session_the_server_ends_gets_a_lock_error_and_the_provider_goes_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The server ends a session waiting in ``pg_advisory_lock`` (a network cut, an admin): asyncpg
+    detaches that connection from its pool, and ending it once more must not escape as asyncpg's
+    ``InterfaceError`` (it ended a fleet's supervisor, whose reaper takes a lock)."""
+    url = url_for(schema_for(tmp_path))
+    holder, waiter = PostgresLocks(url), PostgresLocks(url)
+    try:
+        held = await holder.acquire("busy", timeout=0)
+        waiting = asyncio.ensure_future(waiter.acquire("busy", timeout=None))
+        admin = await asyncpg.connect(**parse_url(url).connect_kwargs())
+        try:
+            ended = False
+            for _ in range(600):  # until the waiter's session is seen waiting, then end it
+                pids = await admin.fetch(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%advisory%'"
+                )
+                if pids:
+                    for row in pids:
+                        await admin.fetchval("SELECT pg_terminate_backend($1)", row[0])
+                    ended = True
+                    break
+                await asyncio.sleep(0.05)
+            assert ended, "the waiter never waited"
+        finally:
+            await admin.close()
+        with pytest.raises(WorkhiveError):
+            await waiting
+        await holder.release(held)
+        again = await waiter.acquire("busy", timeout=0)  # the provider still works
+        await waiter.release(again)
+    finally:
+        await holder.close()
+        await waiter.close()

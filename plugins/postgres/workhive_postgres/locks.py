@@ -113,7 +113,7 @@ class PostgresLocks:
         except BaseException as exc:
             # Whatever happened (a timeout, a cancel mid-wait), this connection may hold the
             # lock or be granted it any moment: ending the connection frees it for sure.
-            conn.terminate()
+            _end(conn)
             await pool.release(conn)
             if isinstance(exc, WorkhiveError) or not isinstance(exc, Exception):
                 raise
@@ -174,7 +174,7 @@ class PostgresLocks:
             await conn.fetchval(self._q["unlock"], self._schema_key, lock_id)
         except Exception as exc:
             # A lost connection has freed the lock already; anything else: end the session to free it.
-            conn.terminate()
+            _end(conn)
             if not is_connection_loss(exc):
                 raise self._failure(exc, f"releasing lock {lock.name!r}") from None
         finally:
@@ -227,7 +227,7 @@ class PostgresLocks:
             conn, lock_id, token = self._held.pop(handle)
             with contextlib.suppress(Exception):
                 await conn.execute(self._q["clear_holder"], lock_id, token)
-            conn.terminate()  # frees every advisory lock of the session
+            _end(conn)  # frees every advisory lock of the session
             with contextlib.suppress(Exception):
                 await self._pool.release(conn)
         pool, self._pool = self._pool, None
@@ -243,3 +243,10 @@ class PostgresLocks:
             f"{(str(exc).strip().splitlines() or [''])[0]}",
             where=self.config.where,
         )
+
+
+def _end(conn: Any) -> None:
+    """End a pooled connection's session. One the network already lost is detached from asyncpg's
+    pool, which then refuses ``terminate()``: its session (and every lock it held) is gone anyway."""
+    with contextlib.suppress(Exception):
+        conn.terminate()
