@@ -12,9 +12,15 @@ import signal
 
 import pytest
 
-from workhive.errors import StorageUnavailable
+from workhive.errors import ConfigError, HiveNotFound, StorageUnavailable
 from workhive.redaction import REDACTED, forget_secrets, register_secret
-from workhive.runtime.patience import DEFAULT_RETRY_WINDOW, MIN_RETRY_WINDOW, WaitBudget, retry_window
+from workhive.runtime.patience import (
+    DEFAULT_RETRY_WINDOW,
+    MIN_RETRY_WINDOW,
+    WaitBudget,
+    open_within_window,
+    retry_window,
+)
 from workhive.runtime.relay import KEEP_BACK, MAX_LINE, OutputRelay
 from workhive.runtime.stop_requests import ECHO_WINDOW, StopRequests
 
@@ -189,3 +195,48 @@ class TestOutputRelay:
     def test_bytes_that_are_not_utf8_do_not_stop_the_relay(self):
         text = self._relay(b"\xff\xfe bad bytes sk-relay-test-0123456789\n")
         assert REDACTED in text and "sk-relay" not in text
+
+
+class _FlakyHive:
+    """A hive whose store refuses ``failures`` opens with ``error``, then opens; time is the test's."""
+
+    def __init__(self, failures: int, error: Exception, retry_for: float = 5.0) -> None:
+        self.failures, self.error, self.opened, self.tries = failures, error, False, 0
+        self.storage = type("S", (), {"retry_for": retry_for})()
+
+    async def open(self) -> None:
+        self.tries += 1
+        if self.tries <= self.failures:
+            raise self.error
+        self.opened = True
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TestOpenWithinWindow:
+    def test_a_store_out_for_a_moment_is_waited_for(self) -> None:
+        hive, clock = _FlakyHive(4, StorageUnavailable("did not answer within 3s")), _Clock()
+        asyncio.run(open_within_window(hive, sleep=clock.sleep, clock=clock))
+        assert hive.opened and hive.tries == 5 and clock.now < 5.0
+
+    def test_a_store_out_for_longer_than_its_window_fails_with_its_error(self) -> None:
+        hive, clock = _FlakyHive(10**6, StorageUnavailable("did not answer within 3s"), retry_for=5.0), _Clock()
+        with pytest.raises(StorageUnavailable, match="did not answer"):
+            asyncio.run(open_within_window(hive, sleep=clock.sleep, clock=clock))
+        assert not hive.opened and 5.0 - 2.0 <= clock.now <= 5.0  # waited out the window, no longer
+
+    @pytest.mark.parametrize("error", [ConfigError("bad option"), HiveNotFound("no hive at x")])
+    def test_what_is_not_a_passing_fault_raises_at_once(self, error: Exception) -> None:
+        hive, clock = _FlakyHive(1, error), _Clock()
+        with pytest.raises(type(error)):
+            asyncio.run(open_within_window(hive, sleep=clock.sleep, clock=clock))
+        assert hive.tries == 1 and clock.now == 0.0

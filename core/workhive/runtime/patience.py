@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from workhive.errors import StorageUnavailable
 
-__all__ = ["DEFAULT_RETRY_WINDOW", "MIN_RETRY_WINDOW", "WaitBudget", "retry_window"]
+__all__ = ["DEFAULT_RETRY_WINDOW", "MIN_RETRY_WINDOW", "WaitBudget", "open_within_window", "retry_window"]
 
 T = TypeVar("T")
 
@@ -67,6 +67,29 @@ def retry_window(storage: object) -> float:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
             return max(MIN_RETRY_WINDOW, float(value))
     return DEFAULT_RETRY_WINDOW
+
+
+async def open_within_window(hive: Any, *, sleep: Any = asyncio.sleep, clock: Any = time.monotonic) -> None:
+    """Open ``hive``, waiting out a store that does not answer for up to its ``retry_window``.
+
+    A worker process that joins a running fleet (a replacement after a crash, a
+    scale-up) opens its own connections: a network that stalls for a moment, or
+    a server restarting, would otherwise end that process at once and, a few in
+    a row, the fleet. What is not a passing fault (bad configuration, no hive, a
+    corrupt store) raises at once; so does the last ``StorageUnavailable`` once
+    the window is spent.
+    """
+    deadline = clock() + retry_window(hive.storage)
+    pause = 0.1
+    while True:
+        try:
+            await hive.open()
+            return
+        except StorageUnavailable:
+            if clock() + pause > deadline:
+                raise
+        await sleep(pause)
+        pause = min(2.0, pause * 2)
 
 
 class WaitBudget:

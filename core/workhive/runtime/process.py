@@ -66,7 +66,7 @@ from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions
-from workhive.runtime.patience import WaitBudget, retry_window
+from workhive.runtime.patience import WaitBudget, open_within_window, retry_window
 from workhive.runtime.worker import Worker
 from workhive.terminal import log_to_stderr
 
@@ -492,7 +492,7 @@ async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     try:
         handler = load_handler(options.handler)
         hive = _open_hive(options)
-        await hive.open()
+        await open_within_window(hive)  # a store out for a moment must not end a replacement process
     except ConfigError as exc:
         sink(ev.FATAL, ExitCode.CONFIG, str(exc))
         return ExitCode.CONFIG
