@@ -47,7 +47,6 @@ from typing import Any
 
 import attrs
 
-import workhive
 from workhive.errors import (
     ConfigError,
     InvalidArgument,
@@ -59,32 +58,33 @@ from workhive.errors import (
 )
 from workhive.hive import Hive
 from workhive.models import WorkItem
-from workhive.plugin_manager import PluginManager
-from workhive.redaction import register_url_password
 from workhive.runtime import events as ev
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.patience import WaitBudget, retry_window
+from workhive.runtime.shared import (
+    EXIT_UNHEALTHY,
+    PATH_AFTER_ENV,
+    build_budgets,
+    build_credentials,
+    metrics_enabled,
+    open_hive,
+    options_from_json,
+)
 from workhive.runtime.worker import Worker
 from workhive.terminal import log_to_stderr
 
-__all__ = ["EXIT_UNHEALTHY", "IdleWaiter", "ProcessRuntime", "main"]
+__all__ = ["IdleWaiter", "ProcessRuntime", "main"]
 
 log = logging.getLogger("workhive.runtime.process")
-
-#: a process whose workers spent their recovery budget exits with this; the supervisor replaces it
-EXIT_UNHEALTHY = 3
 
 #: without backend wake-ups, an idle process polls at most this far apart (pickup latency bound)
 IDLE_POLL_MIN = 0.005
 IDLE_POLL_MAX = 0.05
 #: with wake-ups (``notify``) the timeout is only a safety net
 IDLE_NOTIFY_TIMEOUT = 2.0
-#: import-path entries the supervisor had after its site-packages, which a worker process appends
-#: to its own (PYTHONPATH would put them first; see ``supervisor._child_env``)
-PATH_AFTER_ENV = "WORKHIVE_PATH_AFTER"
 
 
 class IdleWaiter:
@@ -408,90 +408,11 @@ def _all_disabled(snapshot: Any) -> bool:
     return bool(snapshot) and all(state.state == "disabled" for state in snapshot)
 
 
-def build_credentials(options: FleetOptions, hive: Hive) -> Any:
-    """The fleet's ``CredentialPool`` (cooldowns shared through the hive), or None without credentials."""
-    if not options.credentials:
-        return None
-    from workhive.credentials import DEFAULT_NAMESPACE, CredentialPool
-
-    return CredentialPool.from_specs(
-        list(options.credentials), manager=hive.manager, shared=hive.shared(DEFAULT_NAMESPACE)
-    )
-
-
-def metrics_enabled(options: FleetOptions) -> bool:
-    """Whether this process counts for ``--metrics-port`` (the supervisor set up the shared directory)."""
-    from workhive.metrics import ENV
-
-    return options.metrics_port is not None and bool(os.environ.get(ENV))
-
-
-def build_budgets(options: FleetOptions, hive: Hive, credentials: Any) -> Any:
-    """The fleet's ``FleetBudgets``, or None when no key has a budget and limits are not learned.
-
-    ``ConfigError`` when budgets are configured on a storage backend without the
-    ``TakesBudget`` capability (naming its plugin), or when the fleet's default
-    token estimate could never fit a key's tpm/tpd budget.
-    """
-    if credentials is None:
-        if options.learn_limits:
-            raise ConfigError("learn_limits (--learn-limits) learns each key's limit: give keys with --credentials")
-        return None
-    from workhive.budgets import BUDGET_NAMESPACE, FleetBudgets, TakesBudget
-    from workhive.errors import BudgetUnsatisfiable
-
-    keys = [s for s in credentials.credentials()]
-    if not options.learn_limits and all(getattr(c, "budget", None) is None or c.budget.empty for c in keys):
-        return None
-    if not isinstance(hive.storage, TakesBudget):
-        plugin = (hive.storage_url or "").split(":", 1)[0] or type(hive.storage).__name__
-        raise ConfigError(
-            f"rate budgets are configured (credential budgets or --learn-limits), but the storage plugin "
-            f"{plugin!r} ({type(hive.storage).__name__}) cannot keep them: it does not implement "
-            "workhive.budgets.TakesBudget. Use a backend that does (memory, sqlite, redis) or drop the budgets",
-            plugin=plugin,
-        )
-    budgets = FleetBudgets(hive.storage, hive.shared(BUDGET_NAMESPACE), keys, learn=options.learn_limits)
-    try:
-        budgets.check_tokens(options.token_estimate)
-    except BudgetUnsatisfiable as exc:
-        raise ConfigError(f"--token-estimate: {exc}") from None
-    return budgets
-
-
-def _open_hive(options: FleetOptions) -> Hive:
-    register_url_password(options.storage)
-    register_url_password(options.locks)
-    extra: list[tuple[str, object]] = []
-    if metrics_enabled(options):
-        from workhive.metrics import MetricsPlugin
-
-        extra.append(("workhive-metrics", MetricsPlugin()))
-    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra)
-    return workhive.open(
-        options.storage,
-        locks=options.locks,
-        backoff=options.backoff,
-        manager=manager,
-        lease=options.lease,
-        max_attempts=options.max_attempts,
-        reap_after=options.reap_after,
-    )
-
-
-def options_to_json(options: FleetOptions) -> dict[str, Any]:
-    return attrs.asdict(options, recurse=False) | {"credentials": list(options.credentials)}
-
-
-def options_from_json(data: dict[str, Any]) -> FleetOptions:
-    return FleetOptions(**data)
-
-
 async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     loop = asyncio.get_running_loop()
     try:
         handler = load_handler(options.handler)
-        hive = _open_hive(options)
+        hive = open_hive(options)
         await hive.open()
     except ConfigError as exc:
         sink(ev.FATAL, ExitCode.CONFIG, str(exc))

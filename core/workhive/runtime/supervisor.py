@@ -82,9 +82,9 @@ from workhive.runtime import events as ev
 from workhive.runtime.aftermath import Aftermath, how_it_ended
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
 from workhive.runtime.patience import WaitBudget, retry_window
-from workhive.runtime.process import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.progress import FleetProgress
 from workhive.runtime.relay import OutputRelay
+from workhive.runtime.shared import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.stop_requests import ECHO_WINDOW, StopRequests
 
 __all__ = ["Supervisor"]
