@@ -43,13 +43,12 @@ import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from workhive.errors import (
     ConfigError,
-    InvalidArgument,
     StorageCorrupt,
     StorageError,
     WorkerLost,
@@ -62,6 +61,7 @@ from workhive.runtime import events as ev
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
+from workhive.runtime.keys import Keys
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.patience import WaitBudget, retry_window
 from workhive.runtime.shared import (
@@ -75,6 +75,10 @@ from workhive.runtime.shared import (
 )
 from workhive.runtime.worker import Worker
 from workhive.terminal import log_to_stderr
+
+if TYPE_CHECKING:
+    from workhive.budgets import FleetBudgets
+    from workhive.credentials import CredentialPool
 
 __all__ = ["IdleWaiter", "ProcessRuntime", "main"]
 
@@ -160,9 +164,8 @@ class ProcessRuntime:
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, options.concurrency), thread_name_prefix="workhive-handler"
         )
-        self.credentials: Any = None
-        self.credential_timeout = 30.0
-        self.budgets: Any = None  # workhive.budgets.FleetBudgets when any key has a budget (or limits are learned)
+        self.credentials: CredentialPool | None = None
+        self.budgets: FleetBudgets | None = None  # when any key has a budget (or limits are learned)
         self.stop_event = asyncio.Event()
         self.workers: list[Worker] = []
         self.exit = _Exit()
@@ -173,6 +176,7 @@ class ProcessRuntime:
         self.suspects = hive.shared(SUSPECTS)
         # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
+        self.keys = self._keys()  # without keys until run() reads --credentials
 
     # -- state shared with workers -----------------------------------------
     @property
@@ -246,52 +250,25 @@ class ProcessRuntime:
             self.emit(ev.FATAL, ExitCode.FAILURE, f"every credential is disabled: {exc}")
             self.request_stop(ExitCode.FAILURE, f"every credential is disabled: {exc}")
 
-    async def report_credential(self, credential: Any, outcome: str, **kwargs: Any) -> None:
-        from workhive.credentials import Outcome
-
-        try:
-            await self.credentials.report(credential, getattr(Outcome, outcome), **kwargs)
-        except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
-            log.warning("reporting %s for credential %s failed: %s", outcome, getattr(credential, "name", "?"), exc)
-        if self.metrics is not None:
-            name = getattr(credential, "name", "-")
-            state = next((c for c in self.credentials.snapshot() if c.name == name), None)
-            self.metrics.observe_credential(
-                name, outcome.lower(), state.state if state else "available", state.until if state else None
-            )
-
-    def token_estimate(self, item: WorkItem) -> float:
-        """Tokens the call for ``item`` is estimated at: the handler's ``estimate_tokens(data)``, else the default.
-
-        ``InvalidArgument`` when the handler's estimate is not a number >= 0.
-        """
-        estimate = getattr(self.handler.function, "estimate_tokens", None)
-        if estimate is None:
-            return self.options.token_estimate
-        value = estimate(item.data)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise InvalidArgument(
-                f"{self.handler.spec}.estimate_tokens returned {value!r} for item {item.id}; "
-                "it must return a number of tokens >= 0"
-            )
-        return float(value)
-
-    async def budget_feedback(self, method: Any, *args: Any) -> None:
-        """Tell the budgets how a call went; a storage hiccup here never costs the item."""
-        try:
-            await method(*args)
-        except WorkhiveError as exc:
-            log.warning("updating the rate budget failed: %s", exc)
-
     # -- lifecycle ----------------------------------------------------------
+    def _keys(self) -> Keys:
+        return Keys(
+            self.credentials,
+            self.budgets,
+            handler=self.handler,
+            options=self.options,
+            emit=self.emit,
+            sleep=self.sleep,
+            stopping=lambda: self.stopping,
+            metrics=self.metrics,
+        )
+
     async def _setup_credentials(self) -> None:
         if not self.options.credentials:
             return
         self.credentials = build_credentials(self.options, self.hive)
         self.budgets = build_budgets(self.options, self.hive, self.credentials)
-        if self.budgets is not None:
-            # Waiting for budget is part of acquiring a key: let it take as long as the budget wait.
-            self.credential_timeout = max(self.credential_timeout, self.options.budget_wait)
+        self.keys = self._keys()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.options.heartbeat
