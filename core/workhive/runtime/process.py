@@ -56,11 +56,10 @@ from workhive.errors import (
     WorkhiveError,
 )
 from workhive.hive import Hive
-from workhive.models import WorkItem
 from workhive.runtime import events as ev
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
-from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
+from workhive.runtime.isolation import SUSPECTS, IsolationGate, Suspects
 from workhive.runtime.keys import Keys
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.patience import WaitBudget, retry_window
@@ -173,7 +172,7 @@ class ProcessRuntime:
         self.gate = IsolationGate()
         self.heartbeat_failures = 0  # in a row, across this process's workers
         self.not_deregistered = 0  # workers whose claims could not be given back as the process stopped
-        self.suspects = hive.shared(SUSPECTS)
+        self.suspects = Suspects(hive.shared(SUSPECTS), self.pool.name)
         # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
         self.keys = self._keys()  # without keys until run() reads --credentials
@@ -193,27 +192,6 @@ class ProcessRuntime:
         """Sleep, but wake at once when the process starts stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stop_event.wait(), seconds)
-
-    async def is_suspect(self, item: WorkItem) -> bool:
-        """Was ``item`` running in a process that died beside other items (so it must run alone)?
-
-        Only items given back at least once can be: the supervisor refunds suspects, which
-        counts as a release, so the common path costs no storage call.
-        """
-        if item.releases == 0:
-            return False
-        try:
-            return await self.suspects.get(suspect_key(self.pool.name, item.id)) is not None
-        except WorkhiveError as exc:
-            log.warning("cannot tell whether item %s is a crash suspect (%s); running it alone", item.id, exc)
-            return True
-
-    async def clear_suspect(self, item: WorkItem) -> None:
-        """Forget a suspect that ran alone without taking its process down (best effort: marks expire)."""
-        try:
-            await self.suspects.delete(suspect_key(self.pool.name, item.id))
-        except WorkhiveError as exc:
-            log.debug("clearing the crash-suspect mark of %s failed: %s", item.id, exc)
 
     def storage_failed(self, exc: WorkhiveError, tries: int) -> None:
         """Storage keeps failing (or is corrupt): stop this process and tell the supervisor to end the run."""

@@ -469,15 +469,12 @@ class Worker:
     async def _run_one(self, item: WorkItem) -> None:
         # An item that was running when its process died beside others runs alone here, so
         # that if it is the one that kills processes, the next death names it (see isolation).
-        suspect = await self.rt.is_suspect(item)
-        async with self.rt.gate.exclusive() if suspect else self.rt.gate.shared():
+        async with self.rt.suspects.admit(self.rt.gate, item) as alone:
             # Tell the supervisor which claim is running: if this process dies, only the
             # items running then are in question; the rest of the batch is refunded.
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
-            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if suspect else 0)
+            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if alone else 0)
             await self._run_claimed(item)
-        if suspect:
-            await self.rt.clear_suspect(item)  # it ran alone and its process lived: not the killer
 
     async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
