@@ -1,34 +1,11 @@
 """A worker process: one hive, ``concurrency`` async workers, heartbeats, signals.
 
-The supervisor starts each process as ``python -m workhive.runtime``
-and writes its configuration (JSON) as the first line of the child's stdin,
-keeping stdin open afterwards: EOF on stdin means the supervisor died, and
-the process drains and exits instead of running on as an orphan. Events go
-back on a pipe whose descriptor is given with ``--events-fd``.
-
-Why a re-exec and not ``multiprocessing``: the spawn start method re-imports
-the caller's ``__main__`` in every child (a trap for scripts without a main
-guard, notebooks and ``python -c``); a plain ``python -m`` child depends on
-nothing but the installed package and shows up plainly in ``ps``.
-
-Signals: the first SIGTERM stops claiming, lets in-flight items finish within
-``grace`` seconds, releases the rest without spending attempts and
-deregisters; a second SIGTERM exits at once (leases then expire and the
-reaper or another claim picks the items up). The supervisor starts each
-process in a session of its own, so a signal to the supervisor's process
-group (Ctrl-C on the terminal, ``timeout``) never reaches it: the supervisor
-turns one request to stop into one SIGTERM here. SIGINT is ignored besides.
-
-Exits: a process that ends on its own (stopped, unhealthy, storage failing, a
-handler that raised ``SystemExit``) says so in an ``EXIT`` event, its last,
-after deregistering its workers (their claims go back unspent). A process that
-dies without it (``os._exit``, a signal, a segfault) is judged by the
-supervisor, which charges the item it was running. Deregistering waits on
-storage for at most the storage's retry window in all (``runtime.patience``),
-however many workers the process has, and the ``EXIT`` event counts the
-workers whose claims it could not give back (they expire with their lease).
-
-``ProcessRuntime`` also runs in-process (tests, embedding): see ``run``.
+``main`` is ``python -m workhive.runtime``: it reads its ``FleetOptions`` from
+stdin (EOF later means the supervisor died), sends events on ``--events-fd``,
+drains on the first SIGTERM and exits at once on the second, and ends with an
+``EXIT`` event. ``ProcessRuntime`` holds what its ``Worker`` objects share and
+also runs in-process (tests, embedding): see ``run``. Design:
+``docs/runtime.md``.
 """
 
 from __future__ import annotations

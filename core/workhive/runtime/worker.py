@@ -1,36 +1,11 @@
 """One async worker: register, claim, run the handler, complete or fail.
 
-A worker never decides policy on its own: the ``ProcessRuntime`` it belongs
-to holds the pool, handler, credentials, thread pool and stop flag; the
-worker maps each handler outcome to one storage call:
-
-=====================  ====================================================
-handler outcome        storage call
-=====================  ====================================================
-returns a result       ``complete`` (batched through ``complete_many``)
-``RateLimited``        credential cools down (fleet-wide); ``release`` —
-                       no attempt spent — until ``max_rate_limit_retries``
-                       releases, then ``fail``
-``AuthFailed``         credential disabled; ``release`` to retry with another
-                       (without credentials: ``fail``)
-``Permanent``          ``fail(poison=True)``
-any other exception    ``fail`` with the hive's backoff
-``SystemExit``,        ``fail`` with the hive's backoff (the item ended its
-``KeyboardInterrupt``  process: it spends its attempt, and is poisoned after
-(any BaseException     ``max_attempts``); then the process stops and the
-but cancellation)      supervisor replaces it
-=====================  ====================================================
-
-``LeaseLost`` from any of those means another claim owns the item now (our
-lease expired or this worker was reaped): it is logged and dropped. Any other
-storage error leaves the call unanswered (perhaps applied, perhaps not): the
-call is kept and sent again, same fencing token, before the worker claims
-more, until storage answers or the worker's storage-fault budget is spent
-(see ``workhive.runtime.settlement``). Until then the heartbeat renews the
-claim; after, it no longer does, and the claim expires within a lease. A
-claim whose outcome is unknown may have taken items that never reached the
-worker: before claiming again it gives back all it holds in the pool (it
-claims only when it holds nothing it knows of).
+``Worker.run`` claims items and maps each handler outcome to one storage call
+(``complete``, ``fail``, ``release``), reporting it to the item's key
+(``runtime.keys``); a crash suspect runs alone (``runtime.isolation``); calls
+storage did not answer are sent again before the worker claims more
+(``runtime.settlement``). The outcome table and the reasons:
+``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -67,6 +42,7 @@ from workhive.runtime.settlement import Kind, Settlement, announce, earlier_send
 from workhive.validation import to_json
 
 if TYPE_CHECKING:
+    from workhive.credentials import Credential
     from workhive.runtime.process import ProcessRuntime
 
 __all__ = ["Worker"]
@@ -520,7 +496,7 @@ class Worker:
             finally:
                 key.usage = ctx.usage
 
-    def _context(self, item: WorkItem, credential: Any = None) -> HandlerContext:
+    def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
         rt = self.rt
         return HandlerContext(
             item=item,
