@@ -17,7 +17,8 @@ from workhive.errors import ConfigError
 from workhive.models import ItemState
 from workhive.runtime.events import ListSink, Tally
 from workhive.runtime.options import FleetOptions
-from workhive.runtime.process import ProcessRuntime, build_budgets, build_credentials
+from workhive.runtime.process import ProcessRuntime
+from workhive.runtime.shared import build_budgets, build_credentials
 from workhive.testing.clock import ManualClock
 
 pytest.importorskip("workhive_memory")

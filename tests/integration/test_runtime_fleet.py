@@ -230,12 +230,12 @@ def test_a_killer_item_is_poisoned_and_the_innocents_beside_it_are_not(tmp_path,
 
 
 def _in_process_fleet(supervisor_class, db: Path, **options):
-    from workhive.runtime.process import _open_hive
+    from workhive.runtime.shared import open_hive
 
     opts = FleetOptions(**fast(db, **({"handler": "handlers:noop", "processes": 2} | options)))
 
     async def go():
-        hive = _open_hive(opts)
+        hive = open_hive(opts)
         await hive.open()
         try:
             supervisor = supervisor_class(opts, hive, None)

@@ -138,7 +138,7 @@ async def test_unhealthy_worker_stops_the_process_for_replacement():
         await pool.push_many([{"do": "boom"} for _ in range(50)])
         policy = HealthPolicy(failures_before_pause=2, pause=0.01, max_pause=0.02, recovery_pauses=2)
         code, tally, _ = await run_until_empty(hive, "handlers:signals", health=policy, backoff="none")
-        from workhive.runtime.process import EXIT_UNHEALTHY
+        from workhive.runtime.shared import EXIT_UNHEALTHY
 
         assert code == EXIT_UNHEALTHY
         # 2 failures before each of 2 pauses, then 2 more exhaust the budget

@@ -15,8 +15,8 @@ from workhive.errors import ConfigError, WorkhiveError
 from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
 from workhive.runtime.options import MAX_CONCURRENCY, MAX_PROCESSES, FleetOptions, FleetReport
-from workhive.runtime.process import _open_hive, build_budgets, build_credentials
 from workhive.runtime.progress import FleetProgress, renderer_for
+from workhive.runtime.shared import build_budgets, build_credentials, open_hive
 from workhive.runtime.supervisor import Supervisor
 from workhive.urls import redact_url
 from workhive.validation import check_name
@@ -139,7 +139,7 @@ def run_fleet(
 
 async def _run(options: FleetOptions, on_progress: Callable[[FleetProgress], None] | None, level: str) -> FleetReport:
     with _metrics(options):
-        hive = _open_hive(options)
+        hive = open_hive(options)
         await hive.open()
         try:
             credentials = build_credentials(options, hive)  # bad specs or no keys: fail here, before any process starts

@@ -24,9 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 
-__all__ = ["IsolationGate", "SUSPECTS", "SUSPECT_TTL", "suspect_key"]
+from workhive.errors import WorkhiveError
+from workhive.models import WorkItem
+from workhive.shared_state import SharedState
+
+__all__ = ["IsolationGate", "SUSPECTS", "SUSPECT_TTL", "Suspects", "suspect_key"]
+
+log = logging.getLogger("workhive.runtime.isolation")
 
 #: the shared-state namespace of items that were running in a process that died beside others
 SUSPECTS = "workhive-suspects"
@@ -92,3 +99,45 @@ class IsolationGate:
             self.running -= 1
             self._exclusive = False
             self._notify()
+
+
+class Suspects:
+    """The crash suspects of one pool as a worker process sees them: which to run alone, and clearing them."""
+
+    def __init__(self, store: SharedState, pool: str) -> None:
+        self._store = store
+        self._pool = pool
+
+    async def is_suspect(self, item: WorkItem) -> bool:
+        """Was ``item`` running in a process that died beside other items (so it must run alone)?
+
+        Only items given back at least once can be: the supervisor refunds suspects, which
+        counts as a release, so the common path costs no storage call.
+        """
+        if item.releases == 0:
+            return False
+        try:
+            return await self._store.get(suspect_key(self._pool, item.id)) is not None
+        except WorkhiveError as exc:
+            log.warning("cannot tell whether item %s is a crash suspect (%s); running it alone", item.id, exc)
+            return True
+
+    async def clear(self, item: WorkItem) -> None:
+        """Forget a suspect that ran alone without taking its process down (best effort: marks expire)."""
+        try:
+            await self._store.delete(suspect_key(self._pool, item.id))
+        except WorkhiveError as exc:
+            log.debug("clearing the crash-suspect mark of %s failed: %s", item.id, exc)
+
+    @contextlib.asynccontextmanager
+    async def admit(self, gate: IsolationGate, item: WorkItem) -> AsyncIterator[bool]:
+        """Run ``item`` through ``gate``: alone if it is a suspect (yields True), else beside the others.
+
+        A suspect whose block ends normally ran alone and its process lived: it is not
+        the killer, and its mark is cleared (after the gate lets others run again).
+        """
+        alone = await self.is_suspect(item)
+        async with gate.exclusive() if alone else gate.shared():
+            yield alone
+        if alone:
+            await self.clear(item)

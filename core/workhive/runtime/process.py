@@ -1,34 +1,11 @@
 """A worker process: one hive, ``concurrency`` async workers, heartbeats, signals.
 
-The supervisor starts each process as ``python -m workhive.runtime``
-and writes its configuration (JSON) as the first line of the child's stdin,
-keeping stdin open afterwards: EOF on stdin means the supervisor died, and
-the process drains and exits instead of running on as an orphan. Events go
-back on a pipe whose descriptor is given with ``--events-fd``.
-
-Why a re-exec and not ``multiprocessing``: the spawn start method re-imports
-the caller's ``__main__`` in every child (a trap for scripts without a main
-guard, notebooks and ``python -c``); a plain ``python -m`` child depends on
-nothing but the installed package and shows up plainly in ``ps``.
-
-Signals: the first SIGTERM stops claiming, lets in-flight items finish within
-``grace`` seconds, releases the rest without spending attempts and
-deregisters; a second SIGTERM exits at once (leases then expire and the
-reaper or another claim picks the items up). The supervisor starts each
-process in a session of its own, so a signal to the supervisor's process
-group (Ctrl-C on the terminal, ``timeout``) never reaches it: the supervisor
-turns one request to stop into one SIGTERM here. SIGINT is ignored besides.
-
-Exits: a process that ends on its own (stopped, unhealthy, storage failing, a
-handler that raised ``SystemExit``) says so in an ``EXIT`` event, its last,
-after deregistering its workers (their claims go back unspent). A process that
-dies without it (``os._exit``, a signal, a segfault) is judged by the
-supervisor, which charges the item it was running. Deregistering waits on
-storage for at most the storage's retry window in all (``runtime.patience``),
-however many workers the process has, and the ``EXIT`` event counts the
-workers whose claims it could not give back (they expire with their lease).
-
-``ProcessRuntime`` also runs in-process (tests, embedding): see ``run``.
+``main`` is ``python -m workhive.runtime``: it reads its ``FleetOptions`` from
+stdin (EOF later means the supervisor died), sends events on ``--events-fd``,
+drains on the first SIGTERM and exits at once on the second, and ends with an
+``EXIT`` event. ``ProcessRuntime`` holds what its ``Worker`` objects share and
+also runs in-process (tests, embedding): see ``run``. Design:
+``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -43,14 +20,12 @@ import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-import workhive
 from workhive.errors import (
     ConfigError,
-    InvalidArgument,
     StorageCorrupt,
     StorageError,
     WorkerLost,
@@ -58,33 +33,38 @@ from workhive.errors import (
     WorkhiveError,
 )
 from workhive.hive import Hive
-from workhive.models import WorkItem
-from workhive.plugin_manager import PluginManager
-from workhive.redaction import register_url_password
 from workhive.runtime import events as ev
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
-from workhive.runtime.isolation import SUSPECTS, IsolationGate, suspect_key
+from workhive.runtime.isolation import SUSPECTS, IsolationGate, Suspects
+from workhive.runtime.keys import Keys
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.patience import WaitBudget, open_within_window, retry_window
+from workhive.runtime.shared import (
+    EXIT_UNHEALTHY,
+    PATH_AFTER_ENV,
+    build_budgets,
+    build_credentials,
+    metrics_enabled,
+    open_hive,
+    options_from_json,
+)
 from workhive.runtime.worker import Worker
 from workhive.terminal import log_to_stderr
 
-__all__ = ["EXIT_UNHEALTHY", "IdleWaiter", "ProcessRuntime", "main"]
+if TYPE_CHECKING:
+    from workhive.budgets import FleetBudgets
+    from workhive.credentials import CredentialPool
+
+__all__ = ["IdleWaiter", "ProcessRuntime", "main"]
 
 log = logging.getLogger("workhive.runtime.process")
-
-#: a process whose workers spent their recovery budget exits with this; the supervisor replaces it
-EXIT_UNHEALTHY = 3
 
 #: without backend wake-ups, an idle process polls at most this far apart (pickup latency bound)
 IDLE_POLL_MIN = 0.005
 IDLE_POLL_MAX = 0.05
 #: with wake-ups (``notify``) the timeout is only a safety net
 IDLE_NOTIFY_TIMEOUT = 2.0
-#: import-path entries the supervisor had after its site-packages, which a worker process appends
-#: to its own (PYTHONPATH would put them first; see ``supervisor._child_env``)
-PATH_AFTER_ENV = "WORKHIVE_PATH_AFTER"
 
 
 class IdleWaiter:
@@ -160,9 +140,8 @@ class ProcessRuntime:
         self.executor = ThreadPoolExecutor(
             max_workers=max(1, options.concurrency), thread_name_prefix="workhive-handler"
         )
-        self.credentials: Any = None
-        self.credential_timeout = 30.0
-        self.budgets: Any = None  # workhive.budgets.FleetBudgets when any key has a budget (or limits are learned)
+        self.credentials: CredentialPool | None = None
+        self.budgets: FleetBudgets | None = None  # when any key has a budget (or limits are learned)
         self.stop_event = asyncio.Event()
         self.workers: list[Worker] = []
         self.exit = _Exit()
@@ -170,9 +149,10 @@ class ProcessRuntime:
         self.gate = IsolationGate()
         self.heartbeat_failures = 0  # in a row, across this process's workers
         self.not_deregistered = 0  # workers whose claims could not be given back as the process stopped
-        self.suspects = hive.shared(SUSPECTS)
+        self.suspects = Suspects(hive.shared(SUSPECTS), self.pool.name)
         # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
+        self.keys = self._keys()  # without keys until run() reads --credentials
 
     # -- state shared with workers -----------------------------------------
     @property
@@ -189,27 +169,6 @@ class ProcessRuntime:
         """Sleep, but wake at once when the process starts stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.stop_event.wait(), seconds)
-
-    async def is_suspect(self, item: WorkItem) -> bool:
-        """Was ``item`` running in a process that died beside other items (so it must run alone)?
-
-        Only items given back at least once can be: the supervisor refunds suspects, which
-        counts as a release, so the common path costs no storage call.
-        """
-        if item.releases == 0:
-            return False
-        try:
-            return await self.suspects.get(suspect_key(self.pool.name, item.id)) is not None
-        except WorkhiveError as exc:
-            log.warning("cannot tell whether item %s is a crash suspect (%s); running it alone", item.id, exc)
-            return True
-
-    async def clear_suspect(self, item: WorkItem) -> None:
-        """Forget a suspect that ran alone without taking its process down (best effort: marks expire)."""
-        try:
-            await self.suspects.delete(suspect_key(self.pool.name, item.id))
-        except WorkhiveError as exc:
-            log.debug("clearing the crash-suspect mark of %s failed: %s", item.id, exc)
 
     def storage_failed(self, exc: WorkhiveError, tries: int) -> None:
         """Storage keeps failing (or is corrupt): stop this process and tell the supervisor to end the run."""
@@ -246,52 +205,25 @@ class ProcessRuntime:
             self.emit(ev.FATAL, ExitCode.FAILURE, f"every credential is disabled: {exc}")
             self.request_stop(ExitCode.FAILURE, f"every credential is disabled: {exc}")
 
-    async def report_credential(self, credential: Any, outcome: str, **kwargs: Any) -> None:
-        from workhive.credentials import Outcome
-
-        try:
-            await self.credentials.report(credential, getattr(Outcome, outcome), **kwargs)
-        except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
-            log.warning("reporting %s for credential %s failed: %s", outcome, getattr(credential, "name", "?"), exc)
-        if self.metrics is not None:
-            name = getattr(credential, "name", "-")
-            state = next((c for c in self.credentials.snapshot() if c.name == name), None)
-            self.metrics.observe_credential(
-                name, outcome.lower(), state.state if state else "available", state.until if state else None
-            )
-
-    def token_estimate(self, item: WorkItem) -> float:
-        """Tokens the call for ``item`` is estimated at: the handler's ``estimate_tokens(data)``, else the default.
-
-        ``InvalidArgument`` when the handler's estimate is not a number >= 0.
-        """
-        estimate = getattr(self.handler.function, "estimate_tokens", None)
-        if estimate is None:
-            return self.options.token_estimate
-        value = estimate(item.data)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise InvalidArgument(
-                f"{self.handler.spec}.estimate_tokens returned {value!r} for item {item.id}; "
-                "it must return a number of tokens >= 0"
-            )
-        return float(value)
-
-    async def budget_feedback(self, method: Any, *args: Any) -> None:
-        """Tell the budgets how a call went; a storage hiccup here never costs the item."""
-        try:
-            await method(*args)
-        except WorkhiveError as exc:
-            log.warning("updating the rate budget failed: %s", exc)
-
     # -- lifecycle ----------------------------------------------------------
+    def _keys(self) -> Keys:
+        return Keys(
+            self.credentials,
+            self.budgets,
+            handler=self.handler,
+            options=self.options,
+            emit=self.emit,
+            sleep=self.sleep,
+            stopping=lambda: self.stopping,
+            metrics=self.metrics,
+        )
+
     async def _setup_credentials(self) -> None:
         if not self.options.credentials:
             return
         self.credentials = build_credentials(self.options, self.hive)
         self.budgets = build_budgets(self.options, self.hive, self.credentials)
-        if self.budgets is not None:
-            # Waiting for budget is part of acquiring a key: let it take as long as the budget wait.
-            self.credential_timeout = max(self.credential_timeout, self.options.budget_wait)
+        self.keys = self._keys()
 
     async def _heartbeat_loop(self) -> None:
         interval = self.options.heartbeat
@@ -408,90 +340,11 @@ def _all_disabled(snapshot: Any) -> bool:
     return bool(snapshot) and all(state.state == "disabled" for state in snapshot)
 
 
-def build_credentials(options: FleetOptions, hive: Hive) -> Any:
-    """The fleet's ``CredentialPool`` (cooldowns shared through the hive), or None without credentials."""
-    if not options.credentials:
-        return None
-    from workhive.credentials import DEFAULT_NAMESPACE, CredentialPool
-
-    return CredentialPool.from_specs(
-        list(options.credentials), manager=hive.manager, shared=hive.shared(DEFAULT_NAMESPACE)
-    )
-
-
-def metrics_enabled(options: FleetOptions) -> bool:
-    """Whether this process counts for ``--metrics-port`` (the supervisor set up the shared directory)."""
-    from workhive.metrics import ENV
-
-    return options.metrics_port is not None and bool(os.environ.get(ENV))
-
-
-def build_budgets(options: FleetOptions, hive: Hive, credentials: Any) -> Any:
-    """The fleet's ``FleetBudgets``, or None when no key has a budget and limits are not learned.
-
-    ``ConfigError`` when budgets are configured on a storage backend without the
-    ``TakesBudget`` capability (naming its plugin), or when the fleet's default
-    token estimate could never fit a key's tpm/tpd budget.
-    """
-    if credentials is None:
-        if options.learn_limits:
-            raise ConfigError("learn_limits (--learn-limits) learns each key's limit: give keys with --credentials")
-        return None
-    from workhive.budgets import BUDGET_NAMESPACE, FleetBudgets, TakesBudget
-    from workhive.errors import BudgetUnsatisfiable
-
-    keys = [s for s in credentials.credentials()]
-    if not options.learn_limits and all(getattr(c, "budget", None) is None or c.budget.empty for c in keys):
-        return None
-    if not isinstance(hive.storage, TakesBudget):
-        plugin = (hive.storage_url or "").split(":", 1)[0] or type(hive.storage).__name__
-        raise ConfigError(
-            f"rate budgets are configured (credential budgets or --learn-limits), but the storage plugin "
-            f"{plugin!r} ({type(hive.storage).__name__}) cannot keep them: it does not implement "
-            "workhive.budgets.TakesBudget. Use a backend that does (memory, sqlite, redis) or drop the budgets",
-            plugin=plugin,
-        )
-    budgets = FleetBudgets(hive.storage, hive.shared(BUDGET_NAMESPACE), keys, learn=options.learn_limits)
-    try:
-        budgets.check_tokens(options.token_estimate)
-    except BudgetUnsatisfiable as exc:
-        raise ConfigError(f"--token-estimate: {exc}") from None
-    return budgets
-
-
-def _open_hive(options: FleetOptions) -> Hive:
-    register_url_password(options.storage)
-    register_url_password(options.locks)
-    extra: list[tuple[str, object]] = []
-    if metrics_enabled(options):
-        from workhive.metrics import MetricsPlugin
-
-        extra.append(("workhive-metrics", MetricsPlugin()))
-    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra)
-    return workhive.open(
-        options.storage,
-        locks=options.locks,
-        backoff=options.backoff,
-        manager=manager,
-        lease=options.lease,
-        max_attempts=options.max_attempts,
-        reap_after=options.reap_after,
-    )
-
-
-def options_to_json(options: FleetOptions) -> dict[str, Any]:
-    return attrs.asdict(options, recurse=False) | {"credentials": list(options.credentials)}
-
-
-def options_from_json(data: dict[str, Any]) -> FleetOptions:
-    return FleetOptions(**data)
-
-
 async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     loop = asyncio.get_running_loop()
     try:
         handler = load_handler(options.handler)
-        hive = _open_hive(options)
+        hive = open_hive(options)
         await open_within_window(hive)  # a store out for a moment must not end a replacement process
     except ConfigError as exc:
         sink(ev.FATAL, ExitCode.CONFIG, str(exc))

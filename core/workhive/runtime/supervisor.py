@@ -1,57 +1,12 @@
 """The supervisor: starts worker processes, restarts, scales, reaps, reports.
 
-It runs in the process that called ``run_fleet`` and never touches items
-itself. Its loop ticks a few times a second:
-
-* children's events (JSON lines on one pipe per child) are tallied as they
-  arrive, so the final ``FleetReport`` counts what the workers did;
-* children are started a few per tick (``SPAWN_PER_TICK``), so signals and
-  events are handled while a large fleet starts; any failure to start a child
-  or to hand it its configuration (``BrokenPipeError`` from one that died
-  first) is that child's death, never the fleet's;
-* children run in a session of their own: a signal to the supervisor's
-  process group (Ctrl-C, ``timeout``) reaches the supervisor alone, which
-  counts requests, not deliveries (``runtime.stop_requests``), and tells the
-  children. Their stderr comes through the supervisor, scrubbed of every
-  secret (``runtime.relay``); they stop on their own when it dies (EOF on
-  their stdin);
-* a child that exits unexpectedly is restarted. One that dies before it
-  became ready counts as a start-up failure: ``MAX_STARTUP_FAILURES`` in a
-  row (a handler that cannot be imported in the child, storage that cannot be
-  opened) and the fleet gives up with ``ExitCode.FAILURE`` and the child's
-  reason. Restarts of children that did run are delayed with backoff and
-  bounded by ``MAX_RESTARTS_PER_MINUTE``. A child that ends on its own says so
-  (an ``EXIT`` event: stopped, unhealthy, storage failing, a handler that
-  raised ``SystemExit``, whose item the worker charged). One that dies without
-  it (``os._exit``, a signal, a segfault) has its workers' claims released at
-  once and the item that killed it charged (``runtime.aftermath``: an item
-  that ran alone spends its attempt; several that ran together become
-  suspects that run alone from then on). After a second signal nothing is
-  spent: the operator stopped the processes, and the report says what was
-  put back;
-* storage calls made for dead children, and every one made while the fleet
-  stops, wait within a budget of the storage's retry window
-  (``runtime.patience``): per dead child while running, one for the whole
-  stop. A signal while the fleet stops on failing storage cuts it short and
-  tells the children to exit at once; the report says how many workers'
-  claims were not given back (they expire with their lease);
-* with ``min_processes < max_processes`` the fleet grows by one process while
-  the ready backlog exceeds what the running processes can hold in flight,
-  and shrinks by one (a graceful SIGTERM) after ``SCALE_DOWN_IDLE`` seconds
-  without a ready backlog;
-* lost workers are reaped every ``reap_after / 2`` seconds by whichever
-  supervisor holds the ``workhive:reaper`` lock (one reaper fleet-wide;
-  without a lock provider it reaps anyway, since reaping is idempotent);
-* workers on this host whose process is gone (PID check, ``workhive.liveness``)
-  are reaped every ``GONE_EVERY`` seconds, without waiting for ``reap_after``;
-* ``until_empty``: once the pool has nothing pending, delayed or claimed,
-  the children are stopped and the run ends with ``ExitCode.DRAINED``; the
-  counts are read periodically, and at once when a busy worker's claim comes
-  back empty (``RAN_DRY``), so the run ends soon after the last item does;
-* a storage fault that lasts (statistics reads failing ``MAX_STORAGE_FAILURES``
-  times in a row with doubling pauses, or failing for longer than the storage's
-  retry window, or a corrupt store at once) ends the run with
-  ``ExitCode.FAILURE`` and the fault as its one reason.
+``Supervisor`` runs in the process that called ``run_fleet`` and never
+touches items itself: it tallies its children's events into the
+``FleetReport``, replaces children that die (charging the item that killed
+one: ``runtime.aftermath``), turns one request to stop into one SIGTERM per
+child (``runtime.stop_requests``), scales between ``min_processes`` and
+``max_processes``, reaps lost workers and ends an ``until_empty`` run once the
+pool drains. Why it works the way it does: ``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -82,9 +37,9 @@ from workhive.runtime import events as ev
 from workhive.runtime.aftermath import Aftermath, how_it_ended
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
 from workhive.runtime.patience import WaitBudget, retry_window
-from workhive.runtime.process import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.progress import FleetProgress
 from workhive.runtime.relay import OutputRelay
+from workhive.runtime.shared import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
 from workhive.runtime.stop_requests import ECHO_WINDOW, StopRequests
 
 __all__ = ["Supervisor"]

@@ -1,36 +1,11 @@
 """One async worker: register, claim, run the handler, complete or fail.
 
-A worker never decides policy on its own: the ``ProcessRuntime`` it belongs
-to holds the pool, handler, credentials, thread pool and stop flag; the
-worker maps each handler outcome to one storage call:
-
-=====================  ====================================================
-handler outcome        storage call
-=====================  ====================================================
-returns a result       ``complete`` (batched through ``complete_many``)
-``RateLimited``        credential cools down (fleet-wide); ``release`` —
-                       no attempt spent — until ``max_rate_limit_retries``
-                       releases, then ``fail``
-``AuthFailed``         credential disabled; ``release`` to retry with another
-                       (without credentials: ``fail``)
-``Permanent``          ``fail(poison=True)``
-any other exception    ``fail`` with the hive's backoff
-``SystemExit``,        ``fail`` with the hive's backoff (the item ended its
-``KeyboardInterrupt``  process: it spends its attempt, and is poisoned after
-(any BaseException     ``max_attempts``); then the process stops and the
-but cancellation)      supervisor replaces it
-=====================  ====================================================
-
-``LeaseLost`` from any of those means another claim owns the item now (our
-lease expired or this worker was reaped): it is logged and dropped. Any other
-storage error leaves the call unanswered (perhaps applied, perhaps not): the
-call is kept and sent again, same fencing token, before the worker claims
-more, until storage answers or the worker's storage-fault budget is spent
-(see ``workhive.runtime.settlement``). Until then the heartbeat renews the
-claim; after, it no longer does, and the claim expires within a lease. A
-claim whose outcome is unknown may have taken items that never reached the
-worker: before claiming again it gives back all it holds in the pool (it
-claims only when it holds nothing it knows of).
+``Worker.run`` claims items and maps each handler outcome to one storage call
+(``complete``, ``fail``, ``release``), reporting it to the item's key
+(``runtime.keys``); a crash suspect runs alone (``runtime.isolation``); calls
+storage did not answer are sent again before the worker claims more
+(``runtime.settlement``). The outcome table and the reasons:
+``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -62,10 +37,12 @@ from workhive.pool import error_text
 from workhive.runtime import events as ev
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.health import WorkerHealth
+from workhive.runtime.keys import KeyUse, Outcome
 from workhive.runtime.settlement import Kind, Settlement, announce, earlier_send_applied
 from workhive.validation import to_json
 
 if TYPE_CHECKING:
+    from workhive.credentials import Credential
     from workhive.runtime.process import ProcessRuntime
 
 __all__ = ["Worker"]
@@ -358,7 +335,7 @@ class Worker:
         ran = 0
         # A plain-function handler with no keys to lease runs several items per trip to the
         # thread pool (see _run_in_thread); every other case runs one item at a time.
-        in_thread = not self.rt.handler.is_async and self.rt.credentials is None
+        in_thread = not self.rt.handler.is_async and not self.rt.keys.active
         index = 0
         try:
             while index < len(items):
@@ -468,99 +445,58 @@ class Worker:
     async def _run_one(self, item: WorkItem) -> None:
         # An item that was running when its process died beside others runs alone here, so
         # that if it is the one that kills processes, the next death names it (see isolation).
-        suspect = await self.rt.is_suspect(item)
-        async with self.rt.gate.exclusive() if suspect else self.rt.gate.shared():
+        async with self.rt.suspects.admit(self.rt.gate, item) as alone:
             # Tell the supervisor which claim is running: if this process dies, only the
             # items running then are in question; the rest of the batch is refunded.
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
-            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if suspect else 0)
+            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if alone else 0)
             await self._run_claimed(item)
-        if suspect:
-            await self.rt.clear_suspect(item)  # it ran alone and its process lived: not the killer
-
-    async def _acquire_budgeted(self, item: WorkItem) -> tuple[Any, Any]:
-        """A key and its reserved budget: the key that can go soonest, then the least recently used.
-
-        Waits (bounded by ``--budget-wait``) for the reservation's time rather than calling into a 429.
-        """
-        rt = self.rt
-        tokens = rt.token_estimate(item)
-        reservation: Any = None
-
-        async def choose(candidates: list[Any]) -> tuple[int | None, float]:
-            nonlocal reservation
-            found, wait = await rt.budgets.reserve(candidates, tokens=tokens, max_wait=rt.options.budget_wait)
-            if found is None:
-                return None, max(0.01, wait)  # none can be reserved yet: ask again then
-            reservation = found
-            return candidates.index(found.credential), 0.0
-
-        while True:
-            credential = await rt.credentials.acquire(timeout=rt.credential_timeout, choose=choose)
-            if reservation.wait <= 0:
-                return credential, reservation
-            rt.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), getattr(credential, "name", "-"))
-            await rt.sleep(reservation.wait)
-            if rt.stopping or (rt.credentials.usable(credential) and not rt.budgets.superseded(reservation)):
-                return credential, reservation
-            # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
-            # spaced for a rate the provider just refused. Choose again rather than call into it.
-            rt.credentials.release(credential)
 
     async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
-        credential = None
-        reservation = None
-        if rt.credentials is not None:
-            try:
-                if rt.budgets is not None:
-                    credential, reservation = await self._acquire_budgeted(item)
-                else:
-                    credential = await rt.credentials.acquire(timeout=rt.credential_timeout)
-            except InvalidArgument as exc:
-                # The handler's token estimate is not a number, or can never fit the key's
-                # budget (BudgetUnsatisfiable): no retry can help this item.
-                log.warning("worker %s: item %s: %s", self.worker_id, item.id, exc)
-                await self._fail(item, exc, poison=True)
-                return
-            except NoCredentialAvailable as exc:
-                # Every key is cooling down or disabled: hand the item back unspent and let
-                # the process decide whether the fleet can go on at all.
-                log.warning("worker %s: no credential available: %s", self.worker_id, exc)
-                next_at = getattr(exc, "next_available_at", None)
-                delay = 1.0 if next_at is None else max(0.0, min(60.0, next_at - time.time()))
-                await self._release(item, delay=delay)
-                rt.no_credentials(exc)
-                return
-        if rt.stopping and credential is not None:
-            # Stopped while waiting for budget: the call was never made; give the item back unspent.
-            rt.credentials.release(credential)
-            await self._release(item, delay=0.0)
-            return
-        ctx = self._context(item, credential)
         try:
-            started = time.perf_counter()
+            key = await rt.keys.take(item)
+        except InvalidArgument as exc:
+            # The handler's token estimate is not a number, or can never fit the key's
+            # budget (BudgetUnsatisfiable): no retry can help this item.
+            log.warning("worker %s: item %s: %s", self.worker_id, item.id, exc)
+            await self._fail(item, exc, poison=True)
+            return
+        except NoCredentialAvailable as exc:
+            # Every key is cooling down or disabled: hand the item back unspent and let
+            # the process decide whether the fleet can go on at all.
+            log.warning("worker %s: no credential available: %s", self.worker_id, exc)
+            next_at = getattr(exc, "next_available_at", None)
+            delay = 1.0 if next_at is None else max(0.0, min(60.0, next_at - time.time()))
+            await self._release(item, delay=delay)
+            rt.no_credentials(exc)
+            return
+        async with key:  # gives the key back, and its budget the tokens reported, however the block ends
+            if rt.stopping and key.credential is not None:
+                # Stopped while waiting for budget: the call was never made; give the item back unspent.
+                await self._release(item, delay=0.0)
+                return
+            ctx = self._context(item, key.credential)
             try:
+                started = time.perf_counter()
                 try:
-                    result = await rt.handler(ctx, rt.executor)
-                finally:
-                    if rt.metrics is not None:
-                        rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
-            except Exception as exc:
-                await self._settle(item, exc, None, credential, reservation)
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt…: the handler ends its process
-                await self._ended_process(item, exc)
-            else:
-                await self._settle(item, None, result, credential, reservation)
-        finally:
-            if credential is not None:
-                rt.credentials.release(credential)  # type: ignore[union-attr]
-            if reservation is not None and ctx.usage is not None:
-                await rt.budget_feedback(rt.budgets.report_usage, reservation, ctx.usage)
+                    try:
+                        result = await rt.handler(ctx, rt.executor)
+                    finally:
+                        if rt.metrics is not None:
+                            rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
+                except Exception as exc:
+                    await self._settle(item, exc, None, key)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # SystemExit, KeyboardInterrupt…: the handler ends its process
+                    await self._ended_process(item, exc)
+                else:
+                    await self._settle(item, None, result, key)
+            finally:
+                key.usage = ctx.usage
 
-    def _context(self, item: WorkItem, credential: Any = None) -> HandlerContext:
+    def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
         rt = self.rt
         return HandlerContext(
             item=item,
@@ -571,17 +507,16 @@ class Worker:
             logger=rt.handler_logger,
         )
 
-    async def _settle(
-        self, item: WorkItem, exc: Exception | None, result: Any, credential: Any = None, reservation: Any = None
-    ) -> None:
-        """Turn what the handler did with ``item`` (raised ``exc``, or returned ``result``) into storage calls."""
-        rt = self.rt
+    async def _settle(self, item: WorkItem, exc: Exception | None, result: Any, key: KeyUse | None = None) -> None:
+        """Turn what the handler did with ``item`` (raised ``exc``, or returned ``result``) into storage calls.
+
+        ``key``: the key the call was made with, told the outcome (None: the fleet has no keys).
+        """
+        key = key if key is not None else self.rt.keys.no_key
         if isinstance(exc, RateLimited):
-            if reservation is not None:
-                await rt.budget_feedback(rt.budgets.rate_limited, reservation, exc.retry_after)  # type: ignore[attr-defined]
-            await self._rate_limited(item, credential, exc)
+            await self._rate_limited(item, key, exc)
         elif isinstance(exc, AuthFailed):
-            await self._auth_failed(item, credential, exc)
+            await self._auth_failed(item, key, exc)
         elif isinstance(exc, Permanent):
             await self._fail(item, exc, poison=True)
         elif exc is not None:
@@ -603,10 +538,7 @@ class Worker:
                     self.health.failure()
                     await self._fail(item, bad)
                     return
-            if credential is not None:
-                await rt.report_credential(credential, "OK")
-            if reservation is not None:
-                await rt.budget_feedback(rt.budgets.succeeded, reservation)
+            await key.report(Outcome.OK)
             self.health.success()
             if not self._acks:
                 self._oldest_ack = time.monotonic()
@@ -687,19 +619,16 @@ class Worker:
                 break  # awaited on the loop before anything else runs
         return ran
 
-    async def _rate_limited(self, item: WorkItem, credential: Any, exc: RateLimited) -> None:
+    async def _rate_limited(self, item: WorkItem, key: KeyUse, exc: RateLimited) -> None:
         rt = self.rt
-        name = getattr(credential, "name", None) or "-"
-        rt.emit(ev.RATE_LIMITED, name)
-        if credential is not None:
-            await rt.report_credential(credential, "RATE_LIMITED", retry_after=exc.retry_after)  # type: ignore[attr-defined]
         retry_after: float | None = exc.retry_after  # type: ignore[attr-defined]
+        await key.report(Outcome.RATE_LIMITED, retry_after=retry_after)
         if item.releases >= rt.options.max_rate_limit_retries:
             await self._fail(
                 item, f"rate limited {item.releases + 1} times in a row (last: {exc})", retry_after=retry_after
             )
             return
-        if credential is not None:
+        if key.credential is not None:
             # The cooldown lives on the key, fleet-wide: the item can go at once with another key
             # (acquire waits while every key cools down).
             delay = 0.0
@@ -707,15 +636,13 @@ class Worker:
             delay = rt.hive.backoff.delay(item.releases + 1, retry_after)
         await self._release(item, delay=delay)
 
-    async def _auth_failed(self, item: WorkItem, credential: Any, exc: AuthFailed) -> None:
+    async def _auth_failed(self, item: WorkItem, key: KeyUse, exc: AuthFailed) -> None:
         rt = self.rt
-        if credential is None:
+        if key.credential is None:
             self.health.failure()
             await self._fail(item, exc)
             return
-        reason = exc.reason or str(exc)  # type: ignore[attr-defined]
-        await rt.report_credential(credential, "AUTH_FAILED", reason=reason)
-        rt.emit(ev.DISABLED, getattr(credential, "name", "-"), reason)
+        await key.report(Outcome.AUTH_FAILED, reason=exc.reason or str(exc))  # type: ignore[attr-defined]
         if item.releases >= rt.options.max_rate_limit_retries:
             await self._fail(item, f"credentials refused {item.releases + 1} times (last: {exc})")
         else:
