@@ -219,3 +219,22 @@ def test_verify_ca_accepts_a_certificate_for_another_host_name(tls_postgres: tup
             return await hive.pool("p").size()
 
     assert asyncio.run(main()) == 1
+
+
+def test_passwords_from_pgpassword_and_the_passfile_are_scrubbed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    passfile = tmp_path / "pgpass"
+    passfile.write_text("# comment\ndb:5432:*:app:file\\:pass-word\n*:*:*:*:other-" + SECRET + "\n")
+    monkeypatch.setenv("PGPASSWORD", "env-" + SECRET)
+    try:
+        cfg = parse_url(f"postgresql://app@127.0.0.1:1/db?passfile={passfile}")
+        assert cfg.connect_kwargs()["passfile"] == str(passfile)
+        text = scrub(f"env-{SECRET} file:pass-word other-{SECRET}")
+        assert SECRET not in text and "file:pass-word" not in text
+        # A password in the URL: nothing else is read (or registered).
+        forget_secrets()
+        parse_url(f"postgresql://app:url-pass@127.0.0.1:1/db?passfile={passfile}")
+        assert "file:pass-word" in scrub("file:pass-word")
+    finally:
+        forget_secrets()

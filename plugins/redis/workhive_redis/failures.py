@@ -13,11 +13,34 @@ from typing import Any
 from workhive.errors import OutcomeUnknown, StorageError, StorageUnavailable
 from workhive_redis.url import RedisConfig
 
-__all__ = ["dropped_in_flight", "reason", "refusal", "still_loading", "tls_problem", "unreachable"]
+__all__ = [
+    "ACL_RULES",
+    "acl_rules",
+    "dropped_in_flight",
+    "reason",
+    "refusal",
+    "still_loading",
+    "tls_problem",
+    "unreachable",
+]
 
 # A TLS failure that is the network's, not the set-up's: the peer went away mid-handshake
 # (a restart), which is retried like any dropped connection.
 _TRANSIENT_TLS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+#: what a workhive user needs (``ACL SETUSER name on >password`` then these), for the prefix in {prefix}.
+#: Keys ``{prefix}:…`` and ``{prefix/pool}:…`` both start with ``{prefix``; so do the pub/sub channels.
+#: ``status`` and ``dead`` need the writes too: their scripts first settle items that fell due.
+ACL_RULES = (
+    "resetkeys ~{{{prefix}* resetchannels &{{{prefix}* "
+    "nocommands +@read +@write +evalsha +script|load +time +@pubsub +@connection"
+)
+
+
+def acl_rules(prefix: str) -> str:
+    """The ACL rules (``ACL SETUSER user on >password RULES``) that let a user run workhive under ``prefix``."""
+    return ACL_RULES.format(prefix=prefix)
 
 
 def reason(exc: BaseException) -> str:
@@ -39,10 +62,11 @@ def refusal(config: RedisConfig, errors: Any, exc: Exception) -> StorageError:
             "its password_file, or WORKHIVE_REDIS_PASSWORD / REDISCLI_AUTH)",
             where=where,
         )
-    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text:
+    # A command a script runs is checked too; the server reports that as a plain ERR.
+    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
         return StorageUnavailable(
-            f"Redis at {where} does not let this user run what workhive needs ({text}); grant it "
-            "+@scripting (EVALSHA, SCRIPT LOAD), +@pubsub and read/write on the prefix's keys",
+            f"Redis at {where} does not let this user run what workhive needs ({text}); give it these ACL "
+            f"rules: {acl_rules(config.prefix)} (plus +config|get to let status show the persistence settings)",
             where=where,
         )
     if "DB index is out of range" in text or "invalid DB index" in text:
