@@ -7,6 +7,7 @@ which one a failure is and writes the message.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 from workhive.errors import InvalidArgument, InvalidItem, StorageError, StorageUnavailable, WorkhiveError
@@ -100,6 +101,8 @@ def open_failure(config: PostgresConfig, exc: BaseException) -> StorageUnavailab
             f"PostgreSQL at {where} did not answer within {config.connect_timeout:g}s; check the host and port "
             "and that the server is up (raise ?connect_timeout= for a slow network)"
         )
+    elif isinstance(exc, ssl.SSLCertVerificationError):
+        text = _certificate_problem(config, exc)
     elif isinstance(exc, OSError) and (
         "Name or service" in str(exc) or "nodename" in str(exc) or "getaddrinfo" in str(exc)
     ):
@@ -136,6 +139,22 @@ def statement_failure(config: PostgresConfig, exc: BaseException, what: str) -> 
             where=where,
         )
     return StorageError(f"{what} failed at PostgreSQL {where}: {type(exc).__name__}: {_first_line(exc)}", where=where)
+
+
+def _certificate_problem(config: PostgresConfig, exc: ssl.SSLCertVerificationError) -> str:
+    """A server certificate that the URL's CA (named) does not vouch for, or not for this host: not retried."""
+    detail = exc.verify_message or _first_line(exc)
+    if "hostname" in detail.lower() or "ip address mismatch" in detail.lower():
+        advice = (
+            f"the certificate is not issued for {config.host}: connect by a name it lists (subjectAltName), "
+            "or use sslmode=verify-ca, which checks the CA only"
+        )
+    else:
+        advice = (
+            f"the certificate is not signed by the CA in {config.sslrootcert_shown}: set ?sslrootcert= to the "
+            "CA file that signed the server's certificate"
+        )
+    return f"PostgreSQL at {config.where}: TLS certificate problem ({detail}); {advice}"
 
 
 def _first_line(exc: Any) -> str:

@@ -5,6 +5,11 @@ Forms::
     postgresql://user:password@host:port/database?schema=workhive
     postgres://user@host/database                 (port 5432, schema workhive)
     ...?schema=NAME&pool_size=10&connect_timeout=10&command_timeout=30&retry_for=60&sslmode=require
+    ...?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem&sslcert=client.crt&sslkey=client.key
+    postgresql://app@db/jobs?passfile=/run/secrets/pgpass   (or PGPASSWORD, PGPASSFILE, ~/.pgpass)
+
+TLS files and password files are read as libpq reads them and checked when
+the URL is parsed (``workhive_postgres.tls``).
 
 The password never leaves this module in any text: ``PostgresConfig.where``
 (``host:port/db``) and ``PostgresConfig.redacted`` are what messages and
@@ -14,7 +19,9 @@ holds a raw ``/ ? #`` is shown by ``workhive.urls.redact_url``, which masks all 
 
 from __future__ import annotations
 
+import os
 import re
+import ssl
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import attrs
@@ -22,12 +29,17 @@ import attrs
 from workhive.errors import ConfigError
 from workhive.urls import check_userinfo, parse_options
 from workhive.urls import redact_url as _redact
+from workhive_postgres.tls import register_env_passwords, ssl_context
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresConfig", "parse_url", "redact_url"]
 
 DEFAULT_SCHEMA = "workhive"
 SCHEMES = ("postgresql", "postgres")
-_OPTIONS = ("schema", "pool_size", "connect_timeout", "command_timeout", "retry_for", "sslmode", "application_name")
+_TLS_OPTIONS = ("sslrootcert", "sslcert", "sslkey", "sslpassword")
+_OPTIONS = (
+    "schema", "pool_size", "connect_timeout", "command_timeout", "retry_for", "sslmode", "application_name",
+    "passfile", *_TLS_OPTIONS,
+)  # fmt: skip
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # Lower case, so that it needs no quoting and means the same to every client.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -58,6 +70,17 @@ class PostgresConfig:
     retry_for: float = 60.0
     sslmode: str | None = None
     application_name: str = "workhive"
+    #: a libpq password file (``host:port:db:user:password`` lines) asyncpg reads when the URL has no password
+    passfile: str | None = None
+    #: built from sslmode and the sslrootcert/sslcert/sslkey files; None leaves TLS to asyncpg and sslmode
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False, eq=False)
+    #: the CA file the server's certificate is checked against (``system``: the system's CAs)
+    sslrootcert: str | None = None
+
+    @property
+    def sslrootcert_shown(self) -> str:
+        """How messages name the CA the server's certificate was checked against."""
+        return "the system's CAs" if self.sslrootcert == "system" else f"sslrootcert={self.sslrootcert}"
 
     @property
     def where(self) -> str:
@@ -84,7 +107,11 @@ class PostgresConfig:
             kwargs["user"] = self.user
         if self.password is not None:
             kwargs["password"] = self.password
-        if self.sslmode is not None:
+        if self.passfile is not None:
+            kwargs["passfile"] = self.passfile
+        if self.ssl_context is not None:
+            kwargs["ssl"] = self.ssl_context
+        elif self.sslmode is not None:
             kwargs["ssl"] = self.sslmode
         return kwargs
 
@@ -157,12 +184,28 @@ def parse_url(url: str) -> PostgresConfig:
     sslmode = query.get("sslmode")
     if sslmode is not None and sslmode not in _SSL_MODES:
         raise _bad(f"sslmode={sslmode!r} is not one of {', '.join(_SSL_MODES)}")
+    try:
+        context, rootcert = ssl_context(sslmode, {k: query[k] for k in _TLS_OPTIONS if k in query})
+    except ConfigError as exc:
+        raise ConfigError(f"the PostgreSQL URL for {host}/{database}: {exc}") from None
+    passfile = query.get("passfile")
+    if passfile is not None:
+        expanded = os.path.abspath(os.path.expanduser(passfile))
+        if not os.path.isfile(expanded):
+            raise ConfigError(
+                f"passfile={passfile!r} in the PostgreSQL URL for {host}/{database}: {expanded} does not exist; "
+                "name a file of host:port:database:user:password lines (mode 0600)"
+            )
+        passfile = expanded
+    password = unquote(parts.password) if parts.password is not None else None
+    if password is None:
+        register_env_passwords(passfile)
     return PostgresConfig(
         host=host,
         port=port or 5432,
         database=database,
         user=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+        password=password,
         schema=schema,
         pool_size=int(_number("pool_size", query.get("pool_size", "10"), 1, True)),
         connect_timeout=_number("connect_timeout", query.get("connect_timeout", "10"), 0.1, False),
@@ -170,4 +213,7 @@ def parse_url(url: str) -> PostgresConfig:
         retry_for=_number("retry_for", query.get("retry_for", "60"), 0, False),
         sslmode=sslmode,
         application_name=query.get("application_name", "workhive")[:63],
+        passfile=passfile,
+        ssl_context=context,
+        sslrootcert=rootcert,
     )

@@ -23,7 +23,10 @@ Failures, and who retries:
   Reads are retried like the first case.
 * Refused by the server for good (wrong password, a database index out of
   range, an ACL that forbids ``EVALSHA``, out of memory): a
-  ``StorageUnavailable``/``StorageError`` that says what to do. No message
+  ``StorageUnavailable``/``StorageError`` that says what to do. So is a TLS
+  set-up that cannot work (a certificate no trusted CA signed, a host name the
+  certificate does not list, a refused handshake): raised at once, not retried.
+  No message
   ever contains the password (the messages are ``workhive_redis.failures``').
 """
 
@@ -36,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workhive.errors import StorageError, StorageUnavailable
-from workhive_redis.failures import dropped_in_flight, refusal, still_loading, unreachable
+from workhive_redis.failures import dropped_in_flight, refusal, still_loading, tls_problem, unreachable
 from workhive_redis.luafiles import Script, load_scripts
 from workhive_redis.url import RedisConfig
 
@@ -184,6 +187,9 @@ class RedisClient:
                 if conn is not None:
                     await self._drop(conn)
                     conn = None
+                tls = tls_problem(self.config, exc)
+                if tls is not None:
+                    raise tls from None
                 if sent and write:
                     raise dropped_in_flight(self.config, exc) from None
                 if time.monotonic() + pause > deadline:

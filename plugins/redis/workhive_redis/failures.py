@@ -7,12 +7,40 @@ which one a failure is and writes the message. Who retries what is
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from workhive.errors import OutcomeUnknown, StorageError, StorageUnavailable
 from workhive_redis.url import RedisConfig
 
-__all__ = ["dropped_in_flight", "reason", "refusal", "still_loading", "unreachable"]
+__all__ = [
+    "ACL_RULES",
+    "acl_rules",
+    "dropped_in_flight",
+    "reason",
+    "refusal",
+    "still_loading",
+    "tls_problem",
+    "unreachable",
+]
+
+# A TLS failure that is the network's, not the set-up's: the peer went away mid-handshake
+# (a restart), which is retried like any dropped connection.
+_TRANSIENT_TLS = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+
+
+#: what a workhive user needs (``ACL SETUSER name on >password`` then these), for the prefix in {prefix}.
+#: Keys ``{prefix}:…`` and ``{prefix/pool}:…`` both start with ``{prefix``; so do the pub/sub channels.
+#: ``status`` and ``dead`` need the writes too: their scripts first settle items that fell due.
+ACL_RULES = (
+    "resetkeys ~{{{prefix}* resetchannels &{{{prefix}* "
+    "nocommands +@read +@write +evalsha +script|load +time +@pubsub +@connection"
+)
+
+
+def acl_rules(prefix: str) -> str:
+    """The ACL rules (``ACL SETUSER user on >password RULES``) that let a user run workhive under ``prefix``."""
+    return ACL_RULES.format(prefix=prefix)
 
 
 def reason(exc: BaseException) -> str:
@@ -30,13 +58,15 @@ def refusal(config: RedisConfig, errors: Any, exc: Exception) -> StorageError:
     text = reason(exc)
     if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
         return StorageUnavailable(
-            f"Redis at {where} refused the login ({text}); check the user name and password in the URL",
+            f"Redis at {where} refused the login ({text}); check the user name and the password (in the URL, "
+            "its password_file, or WORKHIVE_REDIS_PASSWORD / REDISCLI_AUTH)",
             where=where,
         )
-    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text:
+    # A command a script runs is checked too; the server reports that as a plain ERR.
+    if isinstance(exc, errors.NoPermissionError) or "NOPERM" in text or "can't run this command" in text:
         return StorageUnavailable(
-            f"Redis at {where} does not let this user run what workhive needs ({text}); grant it "
-            "+@scripting (EVALSHA, SCRIPT LOAD), +@pubsub and read/write on the prefix's keys",
+            f"Redis at {where} does not let this user run what workhive needs ({text}); give it these ACL "
+            f"rules: {acl_rules(config.prefix)} (plus +config|get to let status show the persistence settings)",
             where=where,
         )
     if "DB index is out of range" in text or "invalid DB index" in text:
@@ -79,4 +109,50 @@ def unreachable(config: RedisConfig, exc: BaseException, budget: float) -> Stora
         f"cannot reach Redis at {config.where}: {reason(exc)} (retried for {budget:g}s); "
         "check that the server runs and the URL's host and port",
         where=config.where,
+    )
+
+
+def tls_problem(config: RedisConfig, exc: BaseException) -> StorageUnavailable | None:
+    """A TLS set-up that cannot work (certificate, CA, host name, handshake), found in ``exc``'s chain; else None.
+
+    redis-py wraps the ``ssl`` error in its own ``ConnectionError`` (as the
+    context, not the cause), so the chain is walked. Retrying cannot mend a
+    certificate, so the caller raises this at once rather than waiting
+    ``retry_for`` and then blaming the network.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLError) and not isinstance(current, _TRANSIENT_TLS):
+            return _tls_message(config, current)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _tls_message(config: RedisConfig, exc: ssl.SSLError) -> StorageUnavailable:
+    where = config.where
+    ca = config.tls.get("ssl_ca_certs")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = exc.verify_message or reason(exc)
+        if "hostname" in detail.lower() or "ip address mismatch" in detail.lower():
+            advice = (
+                f"the server's certificate is not issued for {config.host}: connect by a name the certificate "
+                "lists (subjectAltName), or have it reissued"
+            )
+        else:
+            trusted = f"the CA in ssl_ca_certs={ca}" if ca else "the system's default CAs (no ssl_ca_certs given)"
+            advice = (
+                f"the server's certificate is not signed by {trusted}: set ssl_ca_certs to the CA file that "
+                "signed it, or check that the server presents the certificate you expect"
+            )
+        return StorageUnavailable(
+            f"Redis at {where}: TLS certificate problem ({detail}); {advice}. Not retried: "
+            "a certificate does not mend by waiting",
+            where=where,
+        )
+    return StorageUnavailable(
+        f"Redis at {where}: TLS handshake failed ({reason(exc)}); check the server's TLS settings (tls-port, "
+        "tls-auth-clients: a client certificate via ssl_certfile/ssl_keyfile) against the URL's. Not retried",
+        where=where,
     )

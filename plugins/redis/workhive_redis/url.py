@@ -10,13 +10,22 @@ Options: ``prefix`` (default ``workhive``: several hives can share one
 server under different prefixes), ``retry_for`` (seconds a dropped
 connection is retried, default 30), ``timeout`` (socket timeout in seconds,
 default 10), ``lease`` (fleet-wide locks: seconds a dead holder keeps a lock
-before it frees itself, default 10). ``rediss://`` also takes
-``ssl_cert_reqs`` (required, optional, none) and ``ssl_ca_certs`` (a file).
+before it frees itself, default 10), ``password_file`` (a file whose first
+line is the password). ``rediss://`` also takes ``ssl_cert_reqs`` (required,
+optional, none), ``ssl_ca_certs`` (the CA file that signed the server's
+certificate), ``ssl_certfile`` and ``ssl_keyfile`` (a client certificate and
+its unencrypted key); every file is checked when the URL is parsed, so a
+wrong path is a ``ConfigError`` naming the option, not a connection failure.
+
+Passwords outside the URL: a URL without a password takes it from
+``password_file``, else from ``WORKHIVE_REDIS_PASSWORD``, else from
+``REDISCLI_AUTH`` (what ``redis-cli`` reads). A password in the URL wins.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -24,13 +33,17 @@ from urllib.parse import unquote, urlsplit
 import attrs
 
 from workhive.errors import ConfigError
+from workhive.passwords import password_from_env, read_password_file
 from workhive.urls import check_userinfo, redact_url, url_query
 
 __all__ = ["RedisConfig", "parse_url"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:\-]{0,99}")
-_OPTIONS = ("prefix", "retry_for", "timeout", "lease", "db")
-_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs")
+_OPTIONS = ("prefix", "retry_for", "timeout", "lease", "db", "password_file")
+_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+#: where a URL without a password finds one, in this order (redis-cli reads REDISCLI_AUTH)
+PASSWORD_VARIABLES = ("WORKHIVE_REDIS_PASSWORD", "REDISCLI_AUTH")
 _SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -103,6 +116,20 @@ def _number(shown: str, name: str, value: str, *, minimum: float) -> float:
     return number
 
 
+def _tls_file(shown: str, option: str, path: str) -> str:
+    """``path`` made absolute after checking it is a readable file: the driver's own error names no file."""
+    expanded = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(expanded):
+        what = "is a directory" if os.path.isdir(expanded) else "does not exist"
+        raise ConfigError(f"{option}={path!r} in {shown!r}: {expanded} {what}; name the PEM file", url=shown)
+    if not os.access(expanded, os.R_OK):
+        raise ConfigError(
+            f"{option}={path!r} in {shown!r}: {expanded} is not readable by this process (check its owner and mode)",
+            url=shown,
+        )
+    return expanded
+
+
 def parse_url(url: object) -> RedisConfig:
     """Parse a Redis URL; ``ConfigError`` says what is malformed (with the password masked).
 
@@ -173,6 +200,18 @@ def parse_url(url: object) -> RedisConfig:
     tls = {k: query[k] for k in _TLS_OPTIONS if k in query}
     if "ssl_cert_reqs" in tls and tls["ssl_cert_reqs"] not in ("required", "optional", "none"):
         raise ConfigError(f"ssl_cert_reqs in {shown!r} must be required, optional or none", url=shown)
+    for option in _TLS_FILES:
+        if option in tls:
+            tls[option] = _tls_file(shown, option, tls[option])
+    if "ssl_keyfile" in tls and "ssl_certfile" not in tls:
+        raise ConfigError(f"ssl_keyfile in {shown!r} needs ssl_certfile (the client certificate) too", url=shown)
+    if password is not None and "password_file" in query:
+        raise ConfigError(f"Redis URL {shown!r} gives a password and password_file: keep only one", url=shown)
+    if password is None:
+        if "password_file" in query:
+            password = read_password_file(query["password_file"], "password_file", f"Redis URL {shown!r}")
+        else:
+            password = password_from_env(PASSWORD_VARIABLES)
     return RedisConfig(
         scheme=scheme,
         host=host,
