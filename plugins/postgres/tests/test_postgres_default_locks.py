@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 
 import postgres_server
+import pytest
 
 import workhive
 import workhive_postgres.plugin
 from workhive.plugin_manager import ENTRY_POINT_GROUP, PluginManager
+from workhive.testing.certificates import make_ca, make_certificate, openssl_missing
 from workhive_postgres import PostgresLocks
 from workhive_postgres import url as pg_url
 
@@ -58,15 +60,27 @@ def with_password(url: str) -> str:
     return url.replace("postgresql://postgres@", f"postgresql://postgres:{PASSWORD}@", 1)
 
 
-def test_the_locks_take_every_option_of_the_storage_url_and_its_schema(schema: str) -> None:
+def test_the_locks_take_every_option_of_the_storage_url_and_its_schema(schema: str, tmp_path: Path) -> None:
+    if openssl_missing():
+        pytest.skip(openssl_missing())
+    ca = make_ca(tmp_path, "locks")
+    client = make_certificate(tmp_path, ca, "client")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text("*:*:*:*:unused\n")
+    passfile.chmod(0o600)
     options = {
         "schema": schema,
         "pool_size": "3",
         "connect_timeout": "7",
         "command_timeout": "11",
         "retry_for": "9",
-        "sslmode": "disable",
+        "sslmode": "verify-ca",
         "application_name": "wh_default_locks",
+        "passfile": str(passfile),
+        "sslrootcert": str(ca.cert),
+        "sslcert": str(client.cert),
+        "sslkey": str(client.key),
+        "sslpassword": "unused-for-an-unencrypted-key",
     }
     # A new storage URL option must be added here, so this test keeps covering all of them.
     assert set(options) == set(pg_url._OPTIONS)

@@ -53,18 +53,24 @@ def cli(workdir: Path, *args: str, stdin: str | None = None) -> subprocess.Compl
 
 
 def test_the_locks_take_every_option_of_the_storage_url_and_its_prefix(tmp_path: Path) -> None:
+    for name in ("ca.pem", "client.crt", "client.key"):  # read when the URL is parsed: they must exist
+        (tmp_path / name).write_text("not read until a connection is made\n")
+    (tmp_path / "password").write_text("hunter2\n")
     options = {
         "prefix": "wh-default-locks",
         "retry_for": "9",
         "timeout": "7",
         "lease": "3",
         "db": "2",
+        "password_file": str(tmp_path / "password"),
         "ssl_cert_reqs": "required",
         "ssl_ca_certs": str(tmp_path / "ca.pem"),
+        "ssl_certfile": str(tmp_path / "client.crt"),
+        "ssl_keyfile": str(tmp_path / "client.key"),
     }
     # A new storage URL option must be added here, so this test keeps covering all of them.
     assert set(options) == set(redis_url._OPTIONS) | set(redis_url._TLS_OPTIONS)
-    url = "rediss://:hunter2@cache.example:6380?" + "&".join(f"{k}={v}" for k, v in options.items())
+    url = "rediss://cache.example:6380?" + "&".join(f"{k}={v}" for k, v in options.items())
     manager = PluginManager(entry_points=False, extra=[("redis", workhive_redis.plugin)])
     hive = workhive.open(url, manager=manager)
     locks = hive.locks()  # built, not connected: nothing reaches cache.example
