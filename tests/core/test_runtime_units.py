@@ -253,38 +253,6 @@ class TestIsolationGate:
         assert asyncio.run(main()) == ["a start", "a end", "suspect start", "suspect end", "b start", "b end"]
 
 
-class TestSuspects:
-    """A worker runs a crash suspect alone through the gate, and clears it when its process lived."""
-
-    def test_a_suspect_runs_alone_and_is_cleared_only_when_its_block_ends_normally(self):
-        import workhive
-        from workhive.runtime.isolation import SUSPECTS, IsolationGate, Suspects, suspect_key
-
-        async def main() -> None:
-            async with workhive.open("memory://") as hive:
-                pool, store = hive.pool("jobs"), hive.shared(SUSPECTS)
-                suspects, gate = Suspects(store, "jobs"), IsolationGate()
-                plain, s1, s2 = [await pool.push({"n": n}) for n in range(3)]
-                # Suspects were given back once (the supervisor refunds them): claim, release, claim again.
-                for item in [await pool.claim("w1") for _ in range(3)]:
-                    await pool.release(item)
-                assert all([await pool.claim("w1") for _ in range(3)])
-                for item_id in (s1, s2):
-                    await store.put(suspect_key("jobs", item_id), True)
-                async with suspects.admit(gate, await pool.get(plain)) as alone:
-                    assert alone is False and not gate.exclusive_wanted
-                async with suspects.admit(gate, await pool.get(s1)) as alone:
-                    assert alone is True and gate.exclusive_wanted
-                assert await store.get(suspect_key("jobs", s1)) is None, "ran alone and lived: cleared"
-                with pytest.raises(RuntimeError):
-                    async with suspects.admit(gate, await pool.get(s2)):
-                        raise RuntimeError("not finished")
-                assert await store.get(suspect_key("jobs", s2)) is True, "did not finish: still a suspect"
-                assert not gate.exclusive_wanted and gate.running == 0
-
-        asyncio.run(main())
-
-
 class TestStatsGap:
     """How often the supervisor counts the pool: a share of the store's time, never past the drain."""
 

@@ -68,11 +68,14 @@ class CliContext:
         return self._config
 
     @contextlib.asynccontextmanager
-    async def hive(self, config: Config | None = None, *, create: bool = True) -> AsyncIterator[Hive]:
+    async def hive(
+        self, config: Config | None = None, *, create: bool = True, patient: bool = False
+    ) -> AsyncIterator[Hive]:
         """The configured hive, opened; failures to open become ``StorageUnavailable`` naming the URL.
 
         Commands that only read (or only change what is already there) pass ``create=False``:
-        a hive that does not exist is then ``HiveNotFound`` and nothing is created.
+        a hive that does not exist is then ``HiveNotFound`` and nothing is created. ``patient``
+        (``work``) waits out a store that does not answer yet, within its retry window.
         """
         cfg = config or self.config
         url = cfg["storage"]
@@ -80,7 +83,12 @@ class CliContext:
         register_url_password(cfg["locks"])
         hive = self._open(cfg, create)
         try:
-            await hive.open()
+            if patient:
+                from workhive.runtime.patience import open_within_window
+
+                await open_within_window(hive)
+            else:
+                await hive.open()
         except WorkhiveError:
             raise
         except Exception as exc:

@@ -192,7 +192,8 @@ def work_cmd(
     load_handler(options.handler)  # fail here, in one line, rather than in every worker process
 
     async def reachable() -> list[str]:
-        async with cli.hive(config) as hive:  # unknown plugin or unreachable storage: one clear error, before forking
+        # Unknown plugin or storage that stays unreachable: one clear error, before forking.
+        async with cli.hive(config, patient=True) as hive:
             hive.pool(pool)  # a bad pool name is InvalidName here
             return await hive.pools()
 

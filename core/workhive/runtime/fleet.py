@@ -15,6 +15,7 @@ from workhive.errors import ConfigError, WorkhiveError
 from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
 from workhive.runtime.options import MAX_CONCURRENCY, MAX_PROCESSES, FleetOptions, FleetReport
+from workhive.runtime.patience import open_within_window
 from workhive.runtime.progress import FleetProgress, renderer_for
 from workhive.runtime.shared import build_budgets, build_credentials, open_hive
 from workhive.runtime.supervisor import Supervisor
@@ -140,7 +141,7 @@ def run_fleet(
 async def _run(options: FleetOptions, on_progress: Callable[[FleetProgress], None] | None, level: str) -> FleetReport:
     with _metrics(options):
         hive = open_hive(options)
-        await hive.open()
+        await open_within_window(hive)  # a store out for a moment (a restart, a stalled network) is waited for
         try:
             credentials = build_credentials(options, hive)  # bad specs or no keys: fail here, before any process starts
             build_budgets(options, hive, credentials)  # budgets on a backend without them, an estimate that never fits

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -39,6 +40,8 @@ from workhive.errors import StorageUnavailable
 __all__ = ["DEFAULT_RETRY_WINDOW", "MIN_RETRY_WINDOW", "WaitBudget", "open_within_window", "retry_window"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("workhive.runtime.patience")
 
 #: how long a cancelled call gets to unwind before the caller moves on
 UNWIND_SECONDS = 1.0
@@ -79,15 +82,18 @@ async def open_within_window(hive: Any, *, sleep: Any = asyncio.sleep, clock: An
     corrupt store) raises at once; so does the last ``StorageUnavailable`` once
     the window is spent.
     """
-    deadline = clock() + retry_window(hive.storage)
+    window = retry_window(hive.storage)
+    deadline = clock() + window
     pause = 0.1
     while True:
         try:
             await hive.open()
             return
-        except StorageUnavailable:
+        except StorageUnavailable as exc:
             if clock() + pause > deadline:
                 raise
+            if pause == 0.1:  # once: the wait may last the whole window
+                log.warning("storage is not reachable yet (%s); trying again for up to %gs", exc, window)
         await sleep(pause)
         pause = min(2.0, pause * 2)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,42 @@ def test_work_on_a_server_that_cannot_be_reached_is_a_failed_run_not_a_bad_comma
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "error: " in done.stderr and "127.0.0.1:1" in done.stderr, done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+def test_work_started_while_the_server_is_down_waits_for_it_within_retry_for(tmp_path: Path) -> None:
+    """A fleet (re)started during a server restart or a network blip waits for its store, within
+    ``retry_for``, instead of exiting at once; then drains as usual."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    url = f"{server.url}?prefix=waits:&retry_for=300"
+    try:
+        pushed = subprocess.run(
+            [sys.executable, "-m", "workhive", "--storage", url, "push", "jobs", "-"],
+            input="".join(f'{{"n": {n}}}\n' for n in range(5)),
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert pushed.returncode == 0, pushed.stderr
+        server.kill()  # the append-only file keeps the items
+        command = ["work", "jobs", "--handler", "builtins:id", "--until-empty", "--processes", "1", "--json"]
+        fleet = subprocess.Popen(
+            [sys.executable, "-m", "workhive", "--storage", url, *command],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        try:
+            assert fleet.stderr is not None
+            seen = []
+            for line in fleet.stderr:  # the fleet says it waits; only then does the server come back
+                seen.append(line)
+                if "not reachable yet" in line:
+                    break
+            else:
+                raise AssertionError(f"the fleet never said it waits for its store: {''.join(seen)}")
+            server.start()
+            out, err = fleet.communicate(timeout=300)
+        finally:
+            if fleet.poll() is None:
+                fleet.kill()
+        assert fleet.returncode == 0, err
+        assert json.loads(out)["done"] == 5, (out, err)
+    finally:
+        server.stop()
