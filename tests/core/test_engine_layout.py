@@ -69,6 +69,9 @@ def test_a_schema_keeps_its_statements_in_files_shipped_with_the_package(engine:
     assert migrations, f"{engine}'s schema has no sql/migrations/NNNN_*.sql"
     assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.sql", name) for name in migrations), migrations
     assert '"sql/migrations/*.sql"' in pyproject, f"{engine}'s pyproject.toml does not ship its migrations"
+    # Statements live in sql/queries.sql, read by workhive.sqlfiles, never in Python strings.
+    assert (package / "sql" / "queries.sql").is_file(), f"{engine}'s schema has no sql/queries.sql"
+    assert '"sql/*.sql"' in pyproject, f"{engine}'s pyproject.toml does not ship sql/queries.sql"
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

@@ -2,6 +2,7 @@
 
 These read the package's files; they need no server (the plan tests in
 ``test_postgres_backend.py`` check what PostgreSQL makes of the statements).
+How fragments are read is tested with the reader, in ``tests/core/test_sqlfiles.py``.
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-import pytest
-
-from workhive_postgres.sqlfiles import _split, queries, with_limit
+from workhive_postgres.sqlfiles import queries, with_limit
 
 QUERIES = (resources.files("workhive_postgres") / "sql" / "queries.sql").read_text("utf-8")
 
@@ -42,29 +41,3 @@ def test_both_claim_statements_claim_alike_with_their_own_parameters() -> None:
     assert inner == renumbered[:at] + condition + renumbered[at:]
     # The limit is the last parameter of each, as with_limit requires.
     assert "LIMIT 7 " in with_limit(q["claim"], 7) and "LIMIT 7 " in with_limit(q["complete_and_claim"], 7)
-
-
-def test_a_fragment_fills_in_its_values_with_the_indentation_of_its_use() -> None:
-    text = (
-        "-- fragment: pick --\nSELECT x\nFROM t\n    {only_if}\nLIMIT {limit}\n\n"
-        "-- a --\n@pick(limit=$2, only_if=)\n\n-- b --\nWITH c AS (\n  @pick(limit=$3, only_if=WHERE y)\n)\nTABLE c;\n"
-    )
-    assert _split(text) == {
-        "a": "SELECT x\nFROM t\nLIMIT $2",
-        "b": "WITH c AS (\n  SELECT x\n  FROM t\n      WHERE y\n  LIMIT $3\n)\nTABLE c",
-    }
-
-
-@pytest.mark.parametrize(
-    ("use", "match"),
-    [
-        ("@nothing(limit=$2)", "does not define"),
-        ("@pick(limit=$2)", "takes"),
-        ("@pick(limit=$2, only_if=, extra=1)", "takes"),
-        ("@pick(limit=$2,only_if=)", "cannot read"),
-    ],
-)
-def test_a_fragment_used_wrongly_is_refused_when_the_file_is_read(use: str, match: str) -> None:
-    text = f"-- fragment: pick --\nSELECT x\n{{only_if}}\nLIMIT {{limit}}\n\n-- a --\n{use}\n"
-    with pytest.raises(RuntimeError, match=match):
-        _split(text)

@@ -2,9 +2,8 @@
 
 ``queries.sql`` and ``locks.sql`` hold one statement per ``-- name --``
 header (the procrastinate layout: a reader sees every statement in one
-place); ``migrations/NNNN_*.sql`` take a schema from version NNNN-1 to NNNN.
-A ``-- fragment: name --`` header holds text that statements share: a line
-``@name(key=value, ...)`` in a statement stands for it (see ``queries.sql``).
+place; ``workhive.sqlfiles`` reads them, fragments and all);
+``migrations/NNNN_*.sql`` take a schema from version NNNN-1 to NNNN.
 """
 
 from __future__ import annotations
@@ -13,60 +12,18 @@ import functools
 import re
 from importlib.resources import files
 
+from workhive.sqlfiles import read
+
 __all__ = ["migrations", "queries", "with_limit"]
 
-_HEADER = re.compile(r"^-- ((?:fragment: )?[a-z_]+) --$", re.MULTILINE)
-_USE = re.compile(r"^( *)@([a-z_]+)\((.*)\)$", re.MULTILINE)
-_ARGUMENT = re.compile(r"([a-z_]+)=([^,]*)(?:, |$)")
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
-_FRAGMENT = "fragment: "
 _MIGRATION = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 _PARAM = re.compile(r"\$(\d+)")
-
-
-def _read(name: str) -> str:
-    return (files("workhive_postgres") / "sql" / name).read_text(encoding="utf-8")
-
-
-def _split(text: str) -> dict[str, str]:
-    parts = _HEADER.split(text)
-    found: dict[str, str] = {}
-    fragments: dict[str, str] = {}
-    # parts: [preamble, name, body, name, body, ...]
-    for name, body in zip(parts[1::2], parts[2::2]):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-        if name.startswith(_FRAGMENT):
-            fragments[name.removeprefix(_FRAGMENT)] = "\n".join(lines).strip()
-        else:
-            found[name] = "\n".join(lines).strip().rstrip(";")
-    for name, body in found.items():
-        found[name] = _USE.sub(functools.partial(_expand, fragments=fragments, statement=name), body)
-    return found
-
-
-def _expand(use: re.Match[str], fragments: dict[str, str], statement: str) -> str:
-    """The text of one ``@fragment(key=value, ...)`` line: the fragment, indented like the line, filled in."""
-    indent, name, given = use.group(1), use.group(2), use.group(3)
-    if name not in fragments:
-        raise RuntimeError(f"statement {statement!r} uses fragment {name!r}, which the SQL file does not define")
-    values = dict(_ARGUMENT.findall(given))
-    if ", ".join(f"{k}={v}" for k, v in values.items()) != given:
-        raise RuntimeError(f"statement {statement!r}: cannot read the arguments of @{name}({given})")
-    wanted = set(_PLACEHOLDER.findall(fragments[name]))
-    if set(values) != wanted:
-        raise RuntimeError(f"statement {statement!r}: @{name} takes {sorted(wanted)}, given {sorted(values)}")
-    lines = []
-    for line in fragments[name].splitlines():
-        if _PLACEHOLDER.fullmatch(line.strip()) and not values[line.strip()[1:-1]]:
-            continue  # a condition left empty: the line goes, so the text is what it was by hand
-        lines.append(indent + _PLACEHOLDER.sub(lambda m: values[m.group(1)], line) if line else line)
-    return "\n".join(lines)
 
 
 @functools.cache
 def queries(file: str = "queries.sql") -> dict[str, str]:
     """Statement text by name from ``file`` (comments dropped, no trailing semicolon)."""
-    return _split(_read(file))
+    return read("workhive_postgres", file)
 
 
 @functools.cache

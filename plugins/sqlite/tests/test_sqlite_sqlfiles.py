@@ -1,14 +1,109 @@
-"""The SQL files: each migration a numbered file shipped with the package, split as SQLite reads statements."""
+"""The SQL files: every statement from ``sql/queries.sql``, each migration a numbered file, all shipped."""
 
 from __future__ import annotations
 
+import hashlib
 from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from sqlite_statements import record_every_operation, tokens, written_texts
 
+from workhive_sqlite import budget, ops
 from workhive_sqlite.schema import SCHEMA_VERSION
-from workhive_sqlite.sqlfiles import migrations, statements
+from workhive_sqlite.sqlfiles import migrations, queries, statements
+
+#: sha256 (first 16 hex digits) of each statement's tokens (``sqlite_statements.tokens``: the
+#: text without the whitespace between tokens, which SQLite ignores), taken from the statements
+#: as they were Python strings (commit 1908c47): moving them to queries.sql changed none.
+_STATEMENT_DIGESTS = {
+    "claim_one": "23cf592d6a7c4267",
+    "claim_ready": "12ad9c3275f1d5db",
+    "claim_any": "27c4d62f8d7a236e",
+    "peek": "e3689fe00e7b3456",
+    "poison_expired": "9dd5d8c4d3c80dd9",
+    "complete": "9effb47c826ede61",
+    "fail": "39f392a0cf665f63",
+    "release": "ef94c0ff0842cc72",
+    "extend": "d82fa83232b35ad9",
+    "last_item_id": "62276eada0adc8d0",
+    "live_duplicate": "e06a4d8aef6bd8aa",
+    "insert_items": "49164ea37d24534e",
+    "count_rows": "18d7109938ce2dd7",
+    "get_item": "45aefacd0ea28f2d",
+    "list_items": "1e4355ac95c4df6d",
+    "requeue_all": "71a8a0c110010ec1",
+    "requeue_one": "4058e7b30e20389a",
+    "poison_lost_worker": "3fcac3472a4a729e",
+    "poison_lost_worker_in_pool": "d0e417199ef78ea6",
+    "release_worker": "7d9003896a7b63d4",
+    "release_worker_in_pool": "cd2bad47d196fbee",
+    "refund_worker": "a5193effbec5cfa4",
+    "refund_worker_in_pool": "e06d871a58cff254",
+    "purge_candidates": "835ee69aab24b764",
+    "purge_item": "5bf319f5969cef8d",
+    "count_pending": "4524328311d0a438",
+    "oldest_ready": "29746f21e4563521",
+    "count_expired": "a0873f22a1f03df1",
+    "count_claimed": "7175ad3b46559833",
+    "count_poisoned": "f43ef514397063e0",
+    "pool_rows": "ef110fed242b0f3e",
+    "pools": "15ccd110c86c1b15",
+    "next_pending": "dea4d779bdf46481",
+    "next_lease_expiry": "3e3978d4ca91e781",
+    "register_worker": "d25518a5f001e5d1",
+    "worker_status": "54d2b91911898372",
+    "heard_from": "dc761b81db1b2aa6",
+    "extend_worker_leases": "7a1b92f061a3cec5",
+    "set_worker_status": "6e63b7e090a4f09e",
+    "get_worker": "6b965629aa56d3ae",
+    "list_workers": "6774d5fd1caebdc2",
+    "list_workers_on_host": "3cc0ce036b8b9da1",
+    "silent_workers": "22b479b8e7146fd8",
+    "worker_lost": "b6e1685e78426e00",
+    "state_expire": "0eee9019c5be4cad",
+    "state_put": "25578c3fa2720154",
+    "state_get": "4b2a3c540390540b",
+    "state_scan": "aede0320bfb5c3d1",
+    "state_delete": "944866731295bc4d",
+    "budget_tats": "545229fedf47ecf1",
+    "budget_store": "9a144d945113dbd4",
+    "clock_anchor": "b8ac1484dc8c93ba",
+    "clock_latest": "18593a3116fee56a",
+    "clock_set_anchor": "c8f7c9d97717ab7d",
+    "clock_seen": "36e1aa94b9b3103c",
+    "user_tables": "a5e242d2bdf7f44c",
+}
+#: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
+_GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}
+
+
+def _digest(sql: str) -> str:
+    return hashlib.sha256(tokens(sql).encode()).hexdigest()[:16]
+
+
+def test_every_statement_is_the_one_it_was_as_a_python_string() -> None:
+    assert {name: _digest(text) for name, text in queries().items()} == _STATEMENT_DIGESTS
+    generated = {"insert_items": ops._insert_sql(ops._INSERT_ROWS), "budget_tats": budget._select(2)}
+    assert {name: _digest(text) for name, text in generated.items()} == _GENERATED_DIGESTS
+    # What runs is those texts, built once at import.
+    assert (ops._INSERT_ONE, ops._INSERT_MANY) == (queries()["insert_items"], generated["insert_items"])
+    assert ops._CLAIM_ONE is queries()["claim_one"]
+
+
+def test_every_statement_sqlite_runs_comes_from_the_sql_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every operation, along each branch with a statement of its own, runs only statements of
+    queries.sql (or the texts generated from two of them) and the migrations; and every
+    statement of queries.sql is run by some operation, so the file holds no dead text."""
+    seen, written = record_every_operation(tmp_path, monkeypatch)
+    run = set(written_texts(seen, written))
+    from_file = set(queries().values())
+    generated = {ops._INSERT_MANY} | {budget._select(n) for n in range(2, 4)}
+    migration_statements = {statement for _, step in migrations() for statement in step}
+    assert run - from_file - generated - migration_statements == set()
+    unused = {name for name, text in queries().items() if text not in run}
+    assert unused == set()
+    assert ops._INSERT_MANY in run and budget._select(2) in run
 
 
 def test_the_version_is_the_number_of_migration_files_and_they_run_1_to_n() -> None:
@@ -17,7 +112,7 @@ def test_the_version_is_the_number_of_migration_files_and_they_run_1_to_n() -> N
     assert [int(name[:4]) for name in names if name.endswith(".sql")] == list(range(1, SCHEMA_VERSION + 1))
 
 
-def test_the_migration_files_are_package_data() -> None:
+def test_the_sql_files_are_package_data() -> None:
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python >= 3.11")
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     package_data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
@@ -28,7 +123,7 @@ def test_the_migration_files_are_package_data() -> None:
         for path in Path(str(root)).glob(pattern)
     }
     migration_files = {f"sql/migrations/{entry.name}" for entry in (root / "sql" / "migrations").iterdir()}
-    assert migration_files and migration_files <= shipped
+    assert migration_files and migration_files | {"sql/queries.sql"} <= shipped
 
 
 def test_statements_end_where_sqlite_says_and_keep_semicolons_in_strings_and_comments() -> None:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import attrs
 
+from workhive_sqlite.sqlfiles import queries
+
 __all__ = ["BOOT_ID_FILE", "HiveClock", "TimeSources", "machine_clock", "read_boot_id"]
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
@@ -67,13 +69,7 @@ class TimeSources:
     boot_id: Callable[[], str] = read_boot_id
 
 
-# The latest times the file holds, so a new anchor never starts before them:
-# the clock row's own record, the newest item's creation, any heartbeat.
-_LATEST = """
-SELECT max(coalesce((SELECT seen FROM clock WHERE id = 0), 0),
-           coalesce((SELECT created_at FROM items ORDER BY id DESC LIMIT 1), 0),
-           coalesce((SELECT max(last_heartbeat) FROM workers), 0))
-"""
+_Q = queries()
 
 
 class HiveClock:
@@ -93,16 +89,15 @@ class HiveClock:
         """Adopt this boot's stored offset, or store a new one; run inside a write transaction."""
         execute = conn.execute
         boot = self.sources.boot_id()
-        row = execute("SELECT boot_id, offset FROM clock WHERE id = 0").fetchone()
+        row = execute(_Q["clock_anchor"]).fetchone()
         if row is not None and row[0] == boot:
             self.offset = float(row[1])
             self.anchored = True
             return
-        latest = float(execute(_LATEST).fetchone()[0])
+        latest = float(execute(_Q["clock_latest"]).fetchone()[0])
         mono = self._monotonic()
         offset = max(self.sources.wall(), latest) - mono
-        sql = "INSERT OR REPLACE INTO clock (id, boot_id, offset, seen) VALUES (0, ?, ?, ?)"
-        execute(sql, (boot, offset, offset + mono))
+        execute(_Q["clock_set_anchor"], (boot, offset, offset + mono))
         self.offset = offset
         self.anchored = True
 
@@ -110,4 +105,4 @@ class HiveClock:
         """Store the current time as seen, the floor for the next boot's anchor; run in a write transaction."""
         if not self.anchored:
             return  # nothing to record into (the store was refused before it was anchored)
-        conn.execute("UPDATE clock SET seen = max(seen, ?) WHERE id = 0", (self(),))
+        conn.execute(_Q["clock_seen"], (self(),))

@@ -51,129 +51,45 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive_sqlite.sqlfiles import queries
 
 __all__ = ["Operations"]
 
 T = TypeVar("T")
 
-_COLS = (
-    "id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at, "
-    "claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases"
-)
-# What a claim reads back: the columns it did not just set itself. A claimable
-# item never has a result or finished_at (done items are never claimable; every
-# way back to pending clears finished_at). Converting seven fewer columns per
-# row measured about 5 µs less per claim.
-_CLAIMED_COLS = (
-    "id, payload, priority, attempts, max_attempts, token, created_at, available_at, dedup_key, error, releases"
-)
 _STATES = {s.value: s for s in ItemState}
-_WORKER_COLS = "worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail"
 _WORKER_STATES = {s.value: s for s in WorkerStatus}
 
-# The common claim: no expired lease in the pool, so the candidates are the
-# best ready PENDING items, read off the items_ready index in claim order and
-# stopping at ?3 rows: O(limit · log n) however deep the backlog. INDEXED BY
-# pins that plan: the planner has no statistics to choose it by.
-_READY = """
-    SELECT id FROM items INDEXED BY items_ready
-    WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
-    ORDER BY priority DESC, available_at, id LIMIT ?3"""
+# Every statement comes from sql/queries.sql (what each does is written there),
+# read once at import: the hot path only looks a module constant up.
+_Q = queries()
+_CLAIM_ONE = _Q["claim_one"]
+_CLAIM_READY = _Q["claim_ready"]
+_CLAIM_ANY = _Q["claim_any"]
+_PEEK = _Q["peek"]
+_POISON_EXPIRED = _Q["poison_expired"]
+_COMPLETE = _Q["complete"]
+_FAIL = _Q["fail"]
+_RELEASE = _Q["release"]
+_EXTEND = _Q["extend"]
+_LAST_ITEM_ID = _Q["last_item_id"]
+_LIVE_DUPLICATE = _Q["live_duplicate"]
+_COUNT_ROWS = _Q["count_rows"]
+_NEXT_PENDING = _Q["next_pending"]
+_NEXT_LEASE_EXPIRY = _Q["next_lease_expiry"]
+_GET_ITEM = _Q["get_item"]
+_LIST_ITEMS = _Q["list_items"]
+_REQUEUE_ALL = _Q["requeue_all"]
+_REQUEUE_ONE = _Q["requeue_one"]
+#: release_by_worker's statements: poisoning by (one pool only), releasing by (spend the attempt, one pool only).
+_POISON_LOST = {False: _Q["poison_lost_worker"], True: _Q["poison_lost_worker_in_pool"]}
+_RELEASE_LOST = {
+    (True, False): _Q["release_worker"],
+    (True, True): _Q["release_worker_in_pool"],
+    (False, False): _Q["refund_worker"],
+    (False, True): _Q["refund_worker_in_pool"],
+}
 
-_CLAIM_SET = """
-UPDATE items SET
-    state = 'claimed',
-    available_at = CASE WHEN state = 'claimed' THEN lease_expires_at ELSE available_at END,
-    claimed_by = ?4,
-    attempts = attempts + 1,
-    token = token + 1,
-    lease_seconds = ?5,
-    lease_expires_at = ?6"""
-
-# Only while no lease in the pool has expired (one probe of items_leases,
-# evaluated once per statement): an expired lease may come first in claim
-# order, and it may have to be poisoned instead (see _claim).
-_NO_EXPIRED = """
-    AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_leases
-                    WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)"""
-
-# `id = (…)` for one item avoids building the IN list's temporary table.
-_CLAIM_ONE = f"{_CLAIM_SET}\nWHERE id = ({_READY}){_NO_EXPIRED}\nRETURNING {_CLAIMED_COLS}"
-_CLAIM_READY = f"{_CLAIM_SET}\nWHERE id IN ({_READY}){_NO_EXPIRED}\nRETURNING {_CLAIMED_COLS}"
-
-# With expired leases about: candidates are the best ready items and the best
-# expired leases (each branch bounded by ?3 on its own index), merged. An
-# expired lease counts as available at its expiry time, which becomes the
-# item's available_at so the order is visible afterwards.
-_CLAIM_ANY = f"""{_CLAIM_SET}
-WHERE id IN (
-    SELECT id FROM (
-        SELECT id, priority, t FROM (
-            SELECT id, priority, available_at AS t FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
-            ORDER BY priority DESC, available_at, id LIMIT ?3)
-        UNION ALL
-        SELECT id, priority, t FROM (
-            SELECT id, priority, lease_expires_at AS t FROM items
-            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
-            ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
-        ORDER BY 2 DESC, 3, 1 LIMIT ?3))
-RETURNING {_CLAIMED_COLS}
-"""
-
-# When the common claim took nothing: whether the pool has a ready item and
-# whether it has an expired lease.
-_PEEK = """
-SELECT
-    (SELECT 1 FROM items INDEXED BY items_ready
-     WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2 LIMIT 1),
-    (SELECT 1 FROM items INDEXED BY items_leases
-     WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1)
-"""
-
-# An expired lease on an item with no attempts left is poisoned, not claimed:
-# an item that kills its worker every time must not loop forever.
-_POISON_EXPIRED = """
-UPDATE items SET
-    state = 'poisoned',
-    error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
-            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
-    finished_at = ?2,
-    lease_expires_at = NULL, lease_seconds = NULL
-WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 AND attempts >= max_attempts
-"""
-
-_COMPLETE = """
-UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
-"""
-
-_FAIL = """
-UPDATE items SET
-    state = CASE WHEN ?1 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
-    error = ?2,
-    available_at = CASE WHEN ?1 OR attempts >= max_attempts THEN available_at ELSE ?3 END,
-    finished_at = CASE WHEN ?1 OR attempts >= max_attempts THEN ?4 ELSE NULL END,
-    claimed_by = CASE WHEN ?1 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
-    lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = ?5 AND pool = ?6 AND state = 'claimed' AND token = ?7 AND lease_expires_at > ?4
-RETURNING state
-"""
-
-_RELEASE = """
-UPDATE items SET state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
-    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
-"""
-
-# The new lease length becomes the item's: heartbeats then keep extending by it.
-_EXTEND = """
-UPDATE items SET lease_expires_at = ?1, lease_seconds = ?6
-WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
-"""
-
-# Inserting many rows per statement binds and steps far less than one
-# statement per row (about 3x faster per item); ?1 is the pool, ?2 the time.
 _NUMBERED = re.compile(r"\?(\d+)")
 
 
@@ -202,27 +118,37 @@ def _bind(sql: str, args: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
     return text, pick(args)
 
 
+# Inserting many rows per statement binds and steps far less than one
+# statement per row (about 3x faster per item); ?1 is the pool, ?2 the time.
 _INSERT_FIELDS = 6  # id, payload, priority, max_attempts, available_at, dedup_key
 _INSERT_ROWS = 100
 
 
 def _insert_sql(rows: int) -> str:
-    tuples = []
-    for k in range(rows):
-        b = 3 + k * _INSERT_FIELDS
-        tuples.append(f"(?{b},?1,?{b + 1},'pending',?{b + 2},?{b + 3},?2,?{b + 4},?{b + 5})")
-    return (
-        "INSERT INTO items (id, pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key) "
-        "VALUES " + ",".join(tuples)
-    )
+    """``insert_items`` with its VALUES group repeated ``rows`` times, the k-th numbered on by k rows.
+
+    Generated, not written out in the SQL file: 100 groups are 600 parameters no
+    reader checks by eye. Runs at import only (two texts, one and 100 rows).
+    """
+    one = _Q["insert_items"]
+    head, values, group = one.rpartition(" VALUES ")
+    own = sorted({int(n) for n in _NUMBERED.findall(group)} - {1, 2})
+    if not values or own != list(range(3, 3 + _INSERT_FIELDS)) or (group[:1], group[-1:]) != ("(", ")"):
+        raise RuntimeError(f"queries.sql: insert_items must end in one VALUES group of ?1, ?2 and ?3..?8: {one!r}")
+
+    def numbered(k: int) -> str:
+        """The VALUES group of the k-th row: its own parameters moved on by k rows, ?1 and ?2 shared."""
+        return _NUMBERED.sub(lambda m: m[0] if int(m[1]) <= 2 else f"?{int(m[1]) + k * _INSERT_FIELDS}", group)
+
+    return head + values + ",".join(numbered(k) for k in range(rows))
 
 
 _INSERT_MANY = _insert_sql(_INSERT_ROWS)
+_INSERT_ONE = _insert_sql(1)
 #: How long a checkpoint keeps trying to take the write lock to restart the WAL (seconds).
 _RESTART_PATIENCE = 0.5
 #: Rows deleted per write transaction by purge, so workers wait at most a few ms.
 _PURGE_CHUNK = 1000
-_INSERT_ONE = _insert_sql(1)
 
 
 def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) -> None:
@@ -236,37 +162,12 @@ def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) 
         conn.execute(*_bind(_INSERT_ONE, [pool, now, *values[start : start + _INSERT_FIELDS]]))
 
 
-# Rows per pool (see schema version 2): push adds, purge subtracts.
-_COUNT_ROWS = """
-INSERT INTO pools (pool, items) VALUES (?1, ?2) ON CONFLICT (pool) DO UPDATE SET items = items + excluded.items
-"""
-
-_LIVE_DUPLICATE = """
-SELECT id FROM items INDEXED BY items_dedup
-WHERE pool = ? AND dedup_key = ? AND state IN ('pending', 'claimed') ORDER BY id LIMIT 1
-"""
-
-# When the pool's next PENDING item comes due: the earliest available_at of
-# each distinct priority (a loose scan of items_ready), so O(priorities · log n).
-_NEXT_PENDING = """
-WITH RECURSIVE levels(p) AS (
-    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
-    UNION ALL
-    SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
-    FROM levels WHERE levels.p IS NOT NULL)
-SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p))
-FROM levels WHERE levels.p IS NOT NULL
-"""
-
-
 def _item(row: Sequence[Any]) -> WorkItem:
     return WorkItem(f"i{row[0]:016x}", row[1], row[2], _STATES[row[3]], *row[4:])
 
 
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease: float) -> WorkItem:
-    """A just-claimed item from its ``_CLAIMED_COLS`` row and what the claim set."""
+    """A just-claimed item from its row (``claimed_columns`` in queries.sql) and what the claim set."""
     r = row
     return WorkItem(
         f"i{r[0]:016x}", pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
@@ -344,7 +245,7 @@ class Operations:
     def _push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
         conn = self.conn
         now = self.clock()
-        row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'items'").fetchone()
+        row = conn.execute(_LAST_ITEM_ID).fetchone()
         # Ids are assigned here, under the write lock, so a batch is inserted with
         # multi-row statements and every id is still reported in order.
         next_id = (row[0] if row else 0) + 1
@@ -474,14 +375,11 @@ class Operations:
         key = item_number(item_id)
         if key is None:
             return None
-        row = self.conn.execute(f"SELECT {_COLS} FROM items WHERE id = ? AND pool = ?", (key, pool)).fetchone()
+        row = self.conn.execute(_GET_ITEM, (key, pool)).fetchone()
         return None if row is None else _item(row)
 
     def list_items(self, pool: str, state: ItemState, limit: int, offset: int) -> list[WorkItem]:
-        rows = self.conn.execute(
-            f"SELECT {_COLS} FROM items WHERE pool = ? AND state = ? ORDER BY id LIMIT ? OFFSET ?",
-            (pool, state.value, limit, offset),
-        ).fetchall()
+        rows = self.conn.execute(_LIST_ITEMS, (pool, state.value, limit, offset)).fetchall()
         return [_item(r) for r in rows]
 
     def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
@@ -489,17 +387,12 @@ class Operations:
 
     def _requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
         now = self.clock()
-        sql = """
-            UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
-                claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
-            WHERE pool = ?2 AND state = 'poisoned'"""
         if item_ids is None:
-            return self.conn.execute(*_bind(sql, (now, pool))).rowcount
+            return self.conn.execute(*_bind(_REQUEUE_ALL, (now, pool))).rowcount
         # One primary-key update per id (dict.fromkeys: a repeated id counts once).
         keys = [k for k in (item_number(i) for i in dict.fromkeys(item_ids)) if k is not None]
-        sql += " AND id = ?3"
         execute = self.conn.execute
-        return sum(execute(*_bind(sql, (now, pool, key))).rowcount for key in keys)
+        return sum(execute(*_bind(_REQUEUE_ONE, (now, pool, key))).rowcount for key in keys)
 
     def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
         return sum(self._write(self._release_by_worker, pool, worker_id, spend_attempt))
@@ -508,22 +401,12 @@ class Operations:
         """Returns (released to pending, poisoned)."""
         now = self.clock()
         conn = self.conn
-        where = "claimed_by = ?1 AND state = 'claimed'" + ("" if pool is None else " AND pool = ?3")
-        args = (worker_id, now) if pool is None else (worker_id, now, pool)
+        in_pool = pool is not None
+        args = (worker_id, now, pool) if in_pool else (worker_id, now)
         poisoned = 0
         if spend_attempt:
-            sql = f"""UPDATE items INDEXED BY items_leases
-                SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
-                    error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
-                WHERE {where} AND attempts >= max_attempts"""
-            poisoned = conn.execute(*_bind(sql, args)).rowcount
-            refund = ""
-        else:
-            refund = ", attempts = max(attempts - 1, 0), releases = releases + 1"
-        sql = f"""UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
-                lease_expires_at = NULL, lease_seconds = NULL{refund}
-            WHERE {where}"""
-        released = conn.execute(*_bind(sql, args)).rowcount
+            poisoned = conn.execute(*_bind(_POISON_LOST[in_pool], args)).rowcount
+        released = conn.execute(*_bind(_RELEASE_LOST[spend_attempt, in_pool], args)).rowcount
         return released, poisoned
 
     def purge(self, pool: str, older_than: float) -> int:
@@ -534,13 +417,7 @@ class Operations:
         so workers are held up for the deletes only, never for the scan.
         """
         cutoff = self.clock() - older_than
-        found = [
-            row[0]
-            for row in self.conn.execute(
-                "SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?",
-                (pool, cutoff),
-            )
-        ]
+        found = [row[0] for row in self.conn.execute(_Q["purge_candidates"], (pool, cutoff))]
         deleted = 0
         for start in range(0, len(found), _PURGE_CHUNK):
             deleted += self._write(self._purge_rows, pool, cutoff, found[start : start + _PURGE_CHUNK])
@@ -548,7 +425,7 @@ class Operations:
 
     def _purge_rows(self, pool: str, cutoff: float, keys: list[int]) -> int:
         execute = self.conn.execute
-        sql = "DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?"
+        sql = _Q["purge_item"]
         deleted = sum(execute(sql, (key, pool, cutoff)).rowcount for key in keys)
         execute(*_bind(_COUNT_ROWS, (pool, -deleted)))
         return deleted
@@ -561,34 +438,17 @@ class Operations:
         now = self.clock()
         conn = self.conn
         # Counted per partial index (each item is in exactly one), never by a table scan.
-        sql = (
-            "SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM items INDEXED BY items_ready "
-            "WHERE pool = ?1 AND state = 'pending'"
-        )
-        pending, ready = conn.execute(*_bind(sql, (pool, now))).fetchone()
-        oldest = conn.execute(
-            "SELECT min(available_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?",
-            (pool, now),
-        ).fetchone()[0]
+        pending, ready = conn.execute(*_bind(_Q["count_pending"], (pool, now))).fetchone()
+        oldest = conn.execute(_Q["oldest_ready"], (pool, now)).fetchone()[0]
         # Expired leases not yet settled count as what they already are: ready
         # again since their expiry, or poisoned when their attempts are spent.
-        expired_ready, expired_spent, expired_oldest = conn.execute(
-            "SELECT count(CASE WHEN attempts < max_attempts THEN 1 END), "
-            "count(CASE WHEN attempts >= max_attempts THEN 1 END), "
-            "min(CASE WHEN attempts < max_attempts THEN lease_expires_at END) "
-            "FROM items WHERE pool = ? AND state = 'claimed' AND lease_expires_at <= ?",
-            (pool, now),
-        ).fetchone()
+        expired_ready, expired_spent, expired_oldest = conn.execute(_Q["count_expired"], (pool, now)).fetchone()
         if expired_oldest is not None:
             oldest = expired_oldest if oldest is None else min(oldest, expired_oldest)
-        claimed = conn.execute(
-            "SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ? AND state = 'claimed'", (pool,)
-        ).fetchone()[0]
-        poisoned = conn.execute(
-            "SELECT count(*) FROM items INDEXED BY items_poisoned WHERE pool = ? AND state = 'poisoned'", (pool,)
-        ).fetchone()[0]
+        claimed = conn.execute(_Q["count_claimed"], (pool,)).fetchone()[0]
+        poisoned = conn.execute(_Q["count_poisoned"], (pool,)).fetchone()[0]
         # Done items have no index (completing must stay cheap): they are the rest.
-        row = conn.execute("SELECT items FROM pools WHERE pool = ?", (pool,)).fetchone()
+        row = conn.execute(_Q["pool_rows"], (pool,)).fetchone()
         total = 0 if row is None else row[0]
         return PoolStats(
             pool=pool,
@@ -601,7 +461,7 @@ class Operations:
         )
 
     def pools(self) -> list[str]:
-        return [row[0] for row in self.conn.execute("SELECT pool FROM pools WHERE items > 0 ORDER BY pool")]
+        return [row[0] for row in self.conn.execute(_Q["pools"])]
 
     def next_due(self, pools: Sequence[str]) -> dict[str, float | None]:
         """For each pool, when its next item becomes claimable (maybe already past), or None if never."""
@@ -609,9 +469,7 @@ class Operations:
         due: dict[str, float | None] = {}
         for pool in pools:
             pending = conn.execute(*_bind(_NEXT_PENDING, (pool,))).fetchone()[0]
-            lease = conn.execute(
-                "SELECT min(lease_expires_at) FROM items WHERE pool = ? AND state = 'claimed'", (pool,)
-            ).fetchone()[0]
+            lease = conn.execute(_NEXT_LEASE_EXPIRY, (pool,)).fetchone()[0]
             times = [t for t in (pending, lease) if t is not None]
             due[pool] = min(times) if times else None
         return due
@@ -665,8 +523,7 @@ class Operations:
     def _register_worker(self, reg: WorkerRegistration) -> WorkerRecord:
         now = self.clock()
         row = self.conn.execute(
-            f"""INSERT OR REPLACE INTO workers ({_WORKER_COLS}) VALUES (?, ?, ?, ?, ?, 'starting', ?, ?, NULL)
-            RETURNING {_WORKER_COLS}""",
+            _Q["register_worker"],
             (
                 reg.worker_id,
                 reg.host,
@@ -685,7 +542,7 @@ class Operations:
     def _heartbeat(self, worker_id: str) -> WorkerRecord:
         now = self.clock()
         conn = self.conn
-        row = conn.execute("SELECT status FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        row = conn.execute(_Q["worker_status"], (worker_id,)).fetchone()
         if row is None:
             raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
         if row[0] == WorkerStatus.LOST.value:
@@ -694,36 +551,29 @@ class Operations:
                 "stop it and register again",
                 worker_id=worker_id,
             )
-        record = conn.execute(
-            f"UPDATE workers SET last_heartbeat = ? WHERE worker_id = ? RETURNING {_WORKER_COLS}", (now, worker_id)
-        ).fetchone()
-        sql = """UPDATE items INDEXED BY items_leases SET lease_expires_at = ?1 + lease_seconds
-            WHERE claimed_by = ?2 AND state = 'claimed' AND lease_expires_at > ?1"""
-        conn.execute(*_bind(sql, (now, worker_id)))
+        record = conn.execute(_Q["heard_from"], (now, worker_id)).fetchone()
+        conn.execute(*_bind(_Q["extend_worker_leases"], (now, worker_id)))
         return _worker(record)
 
     def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
         self._write(self._set_worker_status, worker_id, status, detail)
 
     def _set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
-        changed = self.conn.execute(
-            "UPDATE workers SET status = ?, detail = ? WHERE worker_id = ?", (status.value, detail, worker_id)
-        ).rowcount
+        changed = self.conn.execute(_Q["set_worker_status"], (status.value, detail, worker_id)).rowcount
         if not changed:
             raise WorkerNotFound(f"no worker {worker_id!r} is registered; register it first", worker_id=worker_id)
 
     def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        row = self.conn.execute(f"SELECT {_WORKER_COLS} FROM workers WHERE worker_id = ?", (worker_id,)).fetchone()
+        row = self.conn.execute(_Q["get_worker"], (worker_id,)).fetchone()
         return None if row is None else _worker(row)
 
     def list_workers(self, filter: WorkerFilter) -> list[WorkerRecord]:
         now = self.clock()
-        sql = f"SELECT {_WORKER_COLS} FROM workers"
-        args: list[Any] = []
-        if filter.host is not None:
-            sql += " WHERE host = ?"
-            args.append(filter.host)
-        records = [_worker(r) for r in self.conn.execute(sql + " ORDER BY registered_at, worker_id", args)]
+        if filter.host is None:
+            rows = self.conn.execute(_Q["list_workers"])
+        else:
+            rows = self.conn.execute(_Q["list_workers_on_host"], (filter.host,))
+        records = [_worker(r) for r in rows]
         return [r for r in records if filter.matches(r, now)]
 
     def reap(self, threshold: float) -> list[ReapedWorker]:
@@ -732,15 +582,11 @@ class Operations:
     def _reap(self, threshold: float) -> list[ReapedWorker]:
         now = self.clock()
         conn = self.conn
-        silent = conn.execute(
-            """SELECT worker_id, last_heartbeat FROM workers
-            WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < ? ORDER BY last_heartbeat, worker_id""",
-            (now - threshold,),
-        ).fetchall()
+        silent = conn.execute(_Q["silent_workers"], (now - threshold,)).fetchall()
         reaped = []
         for worker_id, last_heartbeat in silent:
             conn.execute(
-                "UPDATE workers SET status = 'lost', detail = ? WHERE worker_id = ?",
+                _Q["worker_lost"],
                 (f"no heartbeat for {now - last_heartbeat:.1f}s (threshold {threshold:g}s)", worker_id),
             )
             released, poisoned = self._release_by_worker(None, worker_id, True)
@@ -755,25 +601,15 @@ class Operations:
         now = self.clock()
         conn = self.conn
         # Expired keys of the namespace go now: the area stays small without a sweeper.
-        conn.execute("DELETE FROM shared_state WHERE namespace = ? AND expires_at <= ?", (namespace, now))
-        conn.execute(
-            "INSERT OR REPLACE INTO shared_state (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
-            (namespace, key, value, None if ttl is None else now + ttl),
-        )
+        conn.execute(_Q["state_expire"], (namespace, now))
+        conn.execute(_Q["state_put"], (namespace, key, value, None if ttl is None else now + ttl))
 
     def state_get(self, namespace: str, key: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT value FROM shared_state WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
-            (namespace, key, self.clock()),
-        ).fetchone()
+        row = self.conn.execute(_Q["state_get"], (namespace, key, self.clock())).fetchone()
         return None if row is None else str(row[0])
 
     def state_scan(self, namespace: str) -> dict[str, str]:
-        rows = self.conn.execute(
-            "SELECT key, value FROM shared_state WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?) "
-            "ORDER BY key",
-            (namespace, self.clock()),
-        )
+        rows = self.conn.execute(_Q["state_scan"], (namespace, self.clock()))
         return {k: v for k, v in rows}
 
     def state_delete(self, namespace: str, key: str) -> bool:
@@ -781,7 +617,5 @@ class Operations:
 
     def _state_delete(self, namespace: str, key: str) -> bool:
         now = self.clock()
-        row = self.conn.execute(
-            "DELETE FROM shared_state WHERE namespace = ? AND key = ? RETURNING expires_at", (namespace, key)
-        ).fetchone()
+        row = self.conn.execute(_Q["state_delete"], (namespace, key)).fetchone()
         return row is not None and (row[0] is None or row[0] > now)

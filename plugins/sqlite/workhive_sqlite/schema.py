@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 
 from workhive.errors import SchemaVersionError, StorageUnavailable
-from workhive_sqlite.sqlfiles import migrations
+from workhive_sqlite.sqlfiles import migrations, queries
 
 __all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -70,7 +70,5 @@ def migrate(conn: sqlite3.Connection, path: str, begin: Callable[[], None] | Non
 
 
 def _has_foreign_tables(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-    ).fetchone()
+    row = conn.execute(queries()["user_tables"]).fetchone()
     return bool(row[0])

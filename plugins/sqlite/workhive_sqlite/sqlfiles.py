@@ -1,5 +1,7 @@
 """The SQL of this package, read from its ``.sql`` files.
 
+``queries.sql`` holds every statement the backend runs against the tables, one
+per ``-- name --`` header (read by ``workhive.sqlfiles``, as PostgreSQL's are);
 ``migrations/NNNN_*.sql`` take a file from schema version NNNN-1 to NNNN,
 one statement after another (``sqlite3`` runs one statement per call, and
 ``executescript`` would commit the migration's transaction half-way).
@@ -12,9 +14,17 @@ import re
 import sqlite3
 from importlib.resources import files
 
-__all__ = ["migrations", "statements"]
+from workhive.sqlfiles import read
+
+__all__ = ["migrations", "queries", "statements"]
 
 _MIGRATION = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+
+
+@functools.cache
+def queries() -> dict[str, str]:
+    """Statement text by name from ``sql/queries.sql`` (comments dropped, fragments expanded, no semicolon)."""
+    return read("workhive_sqlite", "queries.sql")
 
 
 def statements(script: str) -> tuple[str, ...]:

@@ -1,0 +1,391 @@
+-- Every statement workhive-sqlite runs against a hive's tables, one per
+-- `-- name --` header, each with a line saying what it does and what its
+-- parameters are. Transaction control (BEGIN IMMEDIATE, COMMIT, ROLLBACK) and
+-- PRAGMAs stay in Python: they set up the connection, and a PRAGMA's value cannot
+-- be a parameter.
+--
+-- `?N` parameters are used where a value appears more than once; the backend
+-- rewrites them to plain `?` once per statement (ops._positional says why).
+-- `-- fragment: name --` blocks are text that statements share: a line
+-- `@name(key=value, ...)` in a statement stands for it, indented like that line
+-- (workhive.sqlfiles).
+
+-- fragment: item_columns --
+-- Every column of an item, in WorkItem's order (ops._item).
+id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
+claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+
+-- fragment: claimed_columns --
+-- What a claim reads back: the columns it did not just set itself (ops._claimed). A
+-- claimable item never has a result or finished_at (done items are never claimable;
+-- every way back to pending clears finished_at). Converting seven fewer columns per
+-- row measured about 5 us less per claim.
+id, payload, priority, attempts, max_attempts, token, created_at, available_at, dedup_key, error, releases
+
+-- fragment: worker_columns --
+-- Every column of a worker, in WorkerRecord's order (ops._worker).
+worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail
+
+-- fragment: claim_set --
+-- What a claim sets: ?4 the worker, ?5 the lease seconds, ?6 the lease's expiry. An
+-- expired lease counts as available at its expiry, which becomes its available_at.
+UPDATE items SET
+    state = 'claimed',
+    available_at = CASE WHEN state = 'claimed' THEN lease_expires_at ELSE available_at END,
+    claimed_by = ?4,
+    attempts = attempts + 1,
+    token = token + 1,
+    lease_seconds = ?5,
+    lease_expires_at = ?6
+
+-- fragment: ready --
+-- The best ?3 ready pending items of pool ?1 at time ?2, read off the items_ready
+-- index in claim order: O(limit * log n) however deep the backlog. INDEXED BY pins
+-- that plan: the planner has no statistics to choose it by.
+SELECT id FROM items INDEXED BY items_ready
+WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+ORDER BY priority DESC, available_at, id LIMIT ?3
+
+-- fragment: no_expired --
+-- Only while no lease in the pool has expired (one probe of items_leases, evaluated
+-- once per statement): an expired lease may come first in claim order, and it may
+-- have to be poisoned instead (ops._claim).
+AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_leases
+                WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
+
+-- claim_one --
+-- The common claim of one item of pool ?1 at time ?2 (?3 = 1): no expired lease in
+-- the pool. `id = (...)` for one item avoids building the IN list's temporary table.
+@claim_set()
+WHERE id = (
+    @ready()
+)
+    @no_expired()
+RETURNING
+    @claimed_columns()
+
+-- claim_ready --
+-- The common claim of up to ?3 items of pool ?1 at time ?2: no expired lease in the pool.
+@claim_set()
+WHERE id IN (
+    @ready()
+)
+    @no_expired()
+RETURNING
+    @claimed_columns()
+
+-- claim_any --
+-- The claim with expired leases about: candidates are the best ?3 ready items and
+-- the best ?3 expired leases (each branch bounded on its own index), merged.
+@claim_set()
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id, priority, t FROM (
+            SELECT id, priority, available_at AS t FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+            ORDER BY priority DESC, available_at, id LIMIT ?3)
+        UNION ALL
+        SELECT id, priority, t FROM (
+            SELECT id, priority, lease_expires_at AS t FROM items
+            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
+            ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
+        ORDER BY 2 DESC, 3, 1 LIMIT ?3))
+RETURNING
+    @claimed_columns()
+
+-- peek --
+-- When the common claim took nothing: whether pool ?1 has a ready item at time ?2,
+-- and whether it has an expired lease.
+SELECT
+    (SELECT 1 FROM items INDEXED BY items_ready
+     WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2 LIMIT 1),
+    (SELECT 1 FROM items INDEXED BY items_leases
+     WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1)
+
+-- poison_expired --
+-- An expired lease (pool ?1, time ?2) on an item with no attempts left is poisoned,
+-- not claimed: an item that kills its worker every time must not loop forever.
+UPDATE items SET
+    state = 'poisoned',
+    error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
+            || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
+    finished_at = ?2,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 AND attempts >= max_attempts
+
+-- complete --
+-- Item ?3 of pool ?4 is done with result ?1 at time ?2, if its claim (token ?5) is current and unexpired.
+UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
+
+-- fail --
+-- Item ?5 of pool ?6 (claim token ?7) failed with error ?2 at time ?4: poisoned when
+-- ?1 says so or its attempts are spent, else pending again from time ?3.
+UPDATE items SET
+    state = CASE WHEN ?1 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
+    error = ?2,
+    available_at = CASE WHEN ?1 OR attempts >= max_attempts THEN available_at ELSE ?3 END,
+    finished_at = CASE WHEN ?1 OR attempts >= max_attempts THEN ?4 ELSE NULL END,
+    claimed_by = CASE WHEN ?1 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = ?5 AND pool = ?6 AND state = 'claimed' AND token = ?7 AND lease_expires_at > ?4
+RETURNING state
+
+-- release --
+-- Item ?2 of pool ?3 (claim token ?4, checked at time ?5) goes back to pending from
+-- time ?1, its attempt refunded.
+UPDATE items SET state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
+
+-- extend --
+-- Item ?2 of pool ?3 (claim token ?4, checked at time ?5) is leased until ?1. The new
+-- lease length ?6 becomes the item's: heartbeats then keep extending by it.
+UPDATE items SET lease_expires_at = ?1, lease_seconds = ?6
+WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
+
+-- last_item_id --
+-- The last item id handed out (push numbers new items from it, under the write lock).
+SELECT seq FROM sqlite_sequence WHERE name = 'items'
+
+-- live_duplicate --
+-- The oldest pending or claimed item of pool ? holding dedup key ?.
+SELECT id FROM items INDEXED BY items_dedup
+WHERE pool = ? AND dedup_key = ? AND state IN ('pending', 'claimed') ORDER BY id LIMIT 1
+
+-- insert_items --
+-- New pending rows of pool ?1 created at time ?2; ?3..?8 are one row's id, payload,
+-- priority, max_attempts, available_at and dedup key. Inserting many rows per
+-- statement binds and steps far less than one statement per row (about 3x faster per
+-- item), so the backend also runs this with its VALUES group repeated 100 times, the
+-- k-th group's ?3..?8 numbered on by 6k (ops._insert_sql). That text is written once,
+-- at import, from this one: a file holding all 100 groups would be 600 parameters
+-- no reader checks by eye.
+INSERT INTO items (id, pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key) VALUES (?3,?1,?4,'pending',?5,?6,?2,?7,?8)
+
+-- count_rows --
+-- Pool ?1 gained ?2 rows (negative: lost them). Rows per pool (see schema version 2):
+-- push adds, purge subtracts.
+INSERT INTO pools (pool, items) VALUES (?1, ?2) ON CONFLICT (pool) DO UPDATE SET items = items + excluded.items
+
+-- get_item --
+-- Item ? of pool ?.
+SELECT
+    @item_columns()
+FROM items WHERE id = ? AND pool = ?
+
+-- list_items --
+-- Items of pool ? in state ?, in id order: ? of them after skipping ?.
+SELECT
+    @item_columns()
+FROM items WHERE pool = ? AND state = ? ORDER BY id LIMIT ? OFFSET ?
+
+-- requeue_all --
+-- Every poisoned item of pool ?2 is pending again from time ?1, with its attempts back.
+UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = ?2 AND state = 'poisoned'
+
+-- requeue_one --
+-- requeue_all for item ?3 only (one primary-key update per id).
+UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = ?2 AND state = 'poisoned' AND id = ?3
+
+-- poison_lost_worker --
+-- Worker ?1 was lost at time ?2: its items with no attempts left are poisoned. The
+-- *_in_pool variants of this and the next statements touch pool ?3 only.
+UPDATE items INDEXED BY items_leases
+SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
+    error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
+WHERE claimed_by = ?1 AND state = 'claimed' AND attempts >= max_attempts
+
+-- poison_lost_worker_in_pool --
+UPDATE items INDEXED BY items_leases
+SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
+    error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
+WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3 AND attempts >= max_attempts
+
+-- release_worker --
+-- Worker ?1's items are pending again from time ?2, the attempt spent.
+UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE claimed_by = ?1 AND state = 'claimed'
+
+-- release_worker_in_pool --
+UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3
+
+-- refund_worker --
+-- Worker ?1's items are pending again from time ?2, the attempt refunded.
+UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+    lease_expires_at = NULL, lease_seconds = NULL, attempts = max(attempts - 1, 0), releases = releases + 1
+WHERE claimed_by = ?1 AND state = 'claimed'
+
+-- refund_worker_in_pool --
+UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+    lease_expires_at = NULL, lease_seconds = NULL, attempts = max(attempts - 1, 0), releases = releases + 1
+WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3
+
+-- purge_candidates --
+-- Finished items of pool ? finished before time ? (a read: done items have no index).
+SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?
+
+-- purge_item --
+-- Delete item ? of pool ? if it is still finished before time ?.
+DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?
+
+-- count_pending --
+-- Pending items of pool ?1, and how many of them are ready at time ?2 (off items_ready,
+-- never a table scan: stats counts per partial index).
+SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+
+-- oldest_ready --
+-- When pool ?'s oldest pending item ready at time ? became available.
+SELECT min(available_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?
+
+-- count_expired --
+-- Expired leases of pool ? at time ?: how many have attempts left, how many have not,
+-- and the oldest expiry among the first.
+SELECT count(CASE WHEN attempts < max_attempts THEN 1 END), count(CASE WHEN attempts >= max_attempts THEN 1 END), min(CASE WHEN attempts < max_attempts THEN lease_expires_at END) FROM items WHERE pool = ? AND state = 'claimed' AND lease_expires_at <= ?
+
+-- count_claimed --
+-- Claimed items of pool ?.
+SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ? AND state = 'claimed'
+
+-- count_poisoned --
+-- Poisoned items of pool ?.
+SELECT count(*) FROM items INDEXED BY items_poisoned WHERE pool = ? AND state = 'poisoned'
+
+-- pool_rows --
+-- Rows of pool ? (done items have no index: they are the rest).
+SELECT items FROM pools WHERE pool = ?
+
+-- pools --
+-- Every pool that has items, by name.
+SELECT pool FROM pools WHERE items > 0 ORDER BY pool
+
+-- next_pending --
+-- When pool ?1's next pending item comes due: the earliest available_at of each
+-- distinct priority (a loose scan of items_ready), so O(priorities * log n).
+WITH RECURSIVE levels(p) AS (
+    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+    UNION ALL
+    SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
+    FROM levels WHERE levels.p IS NOT NULL)
+SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p))
+FROM levels WHERE levels.p IS NOT NULL
+
+-- next_lease_expiry --
+-- When pool ?'s first lease expires.
+SELECT min(lease_expires_at) FROM items WHERE pool = ? AND state = 'claimed'
+
+-- register_worker --
+-- A worker (id, host, pid, pools and capabilities as JSON, registered and heard from at time ?), starting.
+INSERT OR REPLACE INTO workers (
+    @worker_columns()
+) VALUES (?, ?, ?, ?, ?, 'starting', ?, ?, NULL)
+RETURNING
+    @worker_columns()
+
+-- worker_status --
+-- Worker ?'s status.
+SELECT status FROM workers WHERE worker_id = ?
+
+-- heard_from --
+-- Worker ? was heard from at time ?.
+UPDATE workers SET last_heartbeat = ? WHERE worker_id = ?
+RETURNING
+    @worker_columns()
+
+-- extend_worker_leases --
+-- Every unexpired lease of worker ?2 runs its own lease length on from time ?1.
+UPDATE items INDEXED BY items_leases SET lease_expires_at = ?1 + lease_seconds
+WHERE claimed_by = ?2 AND state = 'claimed' AND lease_expires_at > ?1
+
+-- set_worker_status --
+-- Worker ?'s status and detail are ? and ?.
+UPDATE workers SET status = ?, detail = ? WHERE worker_id = ?
+
+-- get_worker --
+-- Worker ?.
+SELECT
+    @worker_columns()
+FROM workers WHERE worker_id = ?
+
+-- list_workers --
+-- Every worker, in registration order.
+SELECT
+    @worker_columns()
+FROM workers ORDER BY registered_at, worker_id
+
+-- list_workers_on_host --
+-- Every worker on host ?, in registration order.
+SELECT
+    @worker_columns()
+FROM workers WHERE host = ? ORDER BY registered_at, worker_id
+
+-- silent_workers --
+-- Workers neither lost nor stopped whose last heartbeat is older than time ?.
+SELECT worker_id, last_heartbeat FROM workers
+WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < ? ORDER BY last_heartbeat, worker_id
+
+-- worker_lost --
+-- Worker ? is lost, with detail ? saying why.
+UPDATE workers SET status = 'lost', detail = ? WHERE worker_id = ?
+
+-- state_expire --
+-- Keys of namespace ? expired at time ? go (the area stays small without a sweeper).
+DELETE FROM shared_state WHERE namespace = ? AND expires_at <= ?
+
+-- state_put --
+-- Namespace ?, key ? holds value ? until time ? (NULL: for good).
+INSERT OR REPLACE INTO shared_state (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)
+
+-- state_get --
+-- The value of namespace ?, key ?, unless expired at time ?.
+SELECT value FROM shared_state WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)
+
+-- state_scan --
+-- Every key and value of namespace ? not expired at time ?, by key.
+SELECT key, value FROM shared_state WHERE namespace = ? AND (expires_at IS NULL OR expires_at > ?) ORDER BY key
+
+-- state_delete --
+-- Delete namespace ?, key ?; its expiry tells whether it was still live.
+DELETE FROM shared_state WHERE namespace = ? AND key = ? RETURNING expires_at
+
+-- budget_tats --
+-- The theoretical arrival time of budget key ?. budget.py repeats the `?` for as many
+-- keys as a take names (`IN (?, ?, ...)`), one text per count, built once each.
+SELECT key, tat FROM budgets WHERE key IN (?)
+
+-- budget_store --
+-- Budget key ? has theoretical arrival time ?.
+INSERT INTO budgets (key, tat) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET tat = excluded.tat
+
+-- clock_anchor --
+-- This file's hive-time anchor: the boot it belongs to and its offset.
+SELECT boot_id, offset FROM clock WHERE id = 0
+
+-- clock_latest --
+-- The latest times the file holds, so a new anchor never starts before them: the
+-- clock row's own record, the newest item's creation, any heartbeat.
+SELECT max(coalesce((SELECT seen FROM clock WHERE id = 0), 0),
+           coalesce((SELECT created_at FROM items ORDER BY id DESC LIMIT 1), 0),
+           coalesce((SELECT max(last_heartbeat) FROM workers), 0))
+
+-- clock_set_anchor --
+-- Boot ? anchors hive time at offset ?, seen up to time ?.
+INSERT OR REPLACE INTO clock (id, boot_id, offset, seen) VALUES (0, ?, ?, ?)
+
+-- clock_seen --
+-- Hive time has reached ? (the floor for the next boot's anchor).
+UPDATE clock SET seen = max(seen, ?) WHERE id = 0
+
+-- user_tables --
+-- How many tables the file has besides SQLite's own (a version-0 file with some was
+-- written by another program).
+SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
