@@ -26,7 +26,7 @@ ENGINES = {
 REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "py.typed"}
 #: What an engine has only where it has the concern (CONTRIBUTING's table says which engine lacks which).
 WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
-OPTIONAL = {"clock.py", "connections.py", "wakeups.py", "locks.py"}
+OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
 #: Engine-specific modules, named for what they hold (CONTRIBUTING's "extra" row).
 EXTRA = {"memory": {"items.py"}, "sqlite": {"ops.py"}, "postgres": set(), "redis": {"keys.py"}}
 #: Which of WHERE_NEEDED each engine must have.
