@@ -31,10 +31,11 @@ import attrs
 
 import workhive
 from workhive.errors import WorkhiveError
-from workhive.models import PoolStats
+from workhive.models import PoolStats, WorkItem
 
 from . import checker
 from .engines import Target
+from .fault_handlers import expected_result
 from .fleetrun import FleetRun
 from .servers import PrivatePostgres
 from .watcher import Watcher
@@ -43,6 +44,8 @@ __all__ = ["Abandon", "Drill", "FleetSettings", "Profile"]
 
 HERE = Path(__file__).parent
 POOL = "jobs"
+#: the worker id the test process claims the latch under (never registered: no reaper touches it)
+LATCH_HOLDER = "faults-latch-holder"
 POLL = 0.05
 
 
@@ -109,6 +112,9 @@ class Drill:
     injected: collections.Counter[str] = attrs.field(factory=collections.Counter)
     outputs: list[tuple[str, str]] = attrs.field(factory=list)  # (where, text) of every process the drill ran
     latch_id: str | None = None
+    #: the latch's claim, held by the test process until ``release_latch``; the run it was completed in
+    latch: WorkItem | None = None
+    latch_done_in: FleetRun | None = None
     #: processes the nemesis started beside the fleet (``two_handles``): stopped before the latch goes
     helpers: list[subprocess.Popen[str]] = attrs.field(factory=list)
     items_checked: int = 0
@@ -160,8 +166,20 @@ class Drill:
         self.pushed.update(zip(ids, data))
 
     def push_latch(self) -> None:
-        self.push([{"n": -1, "fault": "latch"}])
-        self.latch_id = list(self.pushed)[-1]
+        """Push the latch and claim it here, for a day: the fleet cannot run it, so it holds no slot
+        of a worker process (where crash suspects would wait behind it to run alone)."""
+        data = {"n": -1, "fault": "latch"}
+
+        async def go(hive: workhive.Hive) -> WorkItem:
+            pool = hive.pool(POOL)
+            latch_id = await pool.push(data, priority=1_000_000)  # before the fleet starts: first in line
+            (held,) = await pool.claim_many(1, LATCH_HOLDER, lease=86_400)
+            assert held.id == latch_id, f"claimed {held.id}, not the latch {latch_id}"
+            return held
+
+        self.latch = self.watcher.call(go)
+        self.pushed[self.latch.id] = data
+        self.latch_id = self.latch.id
 
     def finish_helpers(self) -> None:
         """Stop the helper processes (they finish their round and close their handles); their items join."""
@@ -183,8 +201,16 @@ class Drill:
     def release_latch(self) -> None:
         self.finish_helpers()  # no item is pushed once the pool may drain
         (self.target.workdir / "latch").touch()
+        latch, self.latch = self.latch, None
+        if latch is not None:
+            result = {"token": latch.token, "digest": expected_result(latch.id, latch.token, self.pushed[latch.id])}
+
+            async def go(hive: workhive.Hive) -> None:
+                await hive.pool(POOL).complete(latch, result)
+
+            self.watcher.call(go)
+            self.latch_done_in = self.current  # its report cannot count it: the test completed it
         if self.latch_id is not None:
-            # From now on the latch is an item like any other: its claim must settle in time too.
             self.watcher.exempt.discard(self.latch_id)
 
     def stats(self) -> PoolStats:
@@ -249,6 +275,8 @@ class Drill:
             now = self.stats()
             for field in ("done", "poisoned"):
                 stored = getattr(now, field) - getattr(baseline, field)
+                if field == "done" and self.latch_done_in is run:
+                    stored -= 1  # the latch, completed by the test, not by the fleet
                 if report.get(field) != stored:
                     self.problems.append(
                         f"[report] {run.name} ({why}) reports {field}={report.get(field)} but the store gained "
