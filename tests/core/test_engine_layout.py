@@ -23,7 +23,7 @@ ENGINES = {
 }
 
 #: Every engine has these.
-REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "py.typed"}
+REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "failures.py", "py.typed"}
 #: What an engine has only where it has the concern (CONTRIBUTING's table says which engine lacks which).
 WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
 OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
@@ -31,7 +31,7 @@ OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
 EXTRA = {"memory": {"items.py"}, "sqlite": {"ops.py"}, "postgres": set(), "redis": {"keys.py"}}
 #: Which of WHERE_NEEDED each engine must have.
 CONCERNS = {
-    "memory": set(),
+    "memory": {"failures.py"},
     "sqlite": {"failures.py", "schema.py", "sqlfiles.py"},
     "postgres": {"failures.py", "schema.py", "sqlfiles.py"},
     "redis": {"failures.py", "schema.py", "luafiles.py"},

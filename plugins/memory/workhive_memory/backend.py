@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from workhive.errors import ConfigError, HiveNotFound, WorkerLost, WorkerNotFound
+from workhive.errors import ConfigError
 from workhive.models import (
     Ack,
     ItemState,
@@ -40,6 +40,7 @@ from workhive.models import (
     WorkItem,
 )
 from workhive_memory.budget import MemoryBudgets
+from workhive_memory.failures import lost_worker, missing_hive, unknown_worker
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
 from workhive_memory.url import parse_url
 
@@ -88,16 +89,7 @@ class MemoryStorage(MemoryBudgets):
             raise ConfigError(f"clock must be a callable returning seconds, got {clock!r}")
         if not create and (name is None or name not in _named):
             # Nothing is made: a reader (create=False) never leaves an empty store behind.
-            raise HiveNotFound(
-                f"no memory hive {url!r} exists in this process"
-                + (
-                    ": memory:// is a new private store every time, so there is nothing to read; "
-                    "use memory://NAME of a store this process has written to"
-                    if name is None
-                    else "; push to it first (memory stores live only as long as the process)"
-                ),
-                url=url,
-            )
+            raise missing_hive(url, name)
         self.url = url
         self.name = name
         self._clock: Callable[[], float] = clock if clock is not None else time.time
@@ -491,20 +483,13 @@ class MemoryStorage(MemoryBudgets):
     def _worker(self, worker_id: str) -> WorkerRecord:
         record = self._store.workers.get(worker_id)
         if record is None:
-            raise WorkerNotFound(
-                f"no worker {worker_id!r} is registered; register it before heartbeating or setting its status",
-                worker_id=worker_id,
-            )
+            raise unknown_worker(worker_id)
         return record
 
     async def heartbeat(self, worker_id: str) -> WorkerRecord:
         record = self._worker(worker_id)
         if record.status is WorkerStatus.LOST:
-            raise WorkerLost(
-                f"worker {worker_id!r} was declared lost (no heartbeat since {record.last_heartbeat}) and its "
-                "items were released; stop working on them and register again",
-                worker_id=worker_id,
-            )
+            raise lost_worker(worker_id, record.last_heartbeat)
         now = self._clock()
         record = self._store.workers[worker_id] = attrs.evolve(record, last_heartbeat=now)
         for rec in self._store.held.get(worker_id, {}):
