@@ -75,6 +75,7 @@ class Watcher:
         self._paused = 1  # until the first fleet starts (``resume``)
         self._hive: workhive.Hive | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._using: asyncio.Lock | None = None  # the handle's one user at a time (made on the watcher's loop)
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fault-watcher", daemon=True)
@@ -100,13 +101,15 @@ class Watcher:
         assert self._loop is not None
 
         async def go() -> T:
-            try:
-                return await fn(await self._open())
-            except (WorkhiveError, OSError):
-                await self._drop()  # a cut connection: the next call opens afresh
-                raise
-            finally:
-                await self._let_go()
+            assert self._using is not None
+            async with self._using:  # one user of the handle at a time: a SQLite one is closed after each
+                try:
+                    return await fn(await self._open())
+                except (WorkhiveError, OSError):
+                    await self._drop()  # a cut connection: the next call opens afresh
+                    raise
+                finally:
+                    await self._let_go()
 
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(go(), self._loop)
         return future.result(timeout=timeout)
@@ -156,16 +159,18 @@ class Watcher:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._using = asyncio.Lock()
         self._ready.set()
         try:
             while not self._stop.is_set():
-                try:
-                    await self._sample((await self._open()).pool(self.pool))
-                except (WorkhiveError, OSError):
-                    self.failed_samples += 1  # the server is down or cut: sample again later
-                    await self._drop()
-                finally:
-                    await self._let_go()
+                async with self._using:
+                    try:
+                        await self._sample((await self._open()).pool(self.pool))
+                    except (WorkhiveError, OSError):
+                        self.failed_samples += 1  # the server is down or cut: sample again later
+                        await self._drop()
+                    finally:
+                        await self._let_go()
                 await asyncio.sleep(SAMPLE)
         finally:
             await self._drop()
