@@ -531,6 +531,14 @@ class Supervisor:
         self.reaped += len(gone)
 
     async def _reap_workers(self) -> None:
+        # Bounded: a lock provider or store that stops answering must not freeze the loop that
+        # also ends the run (--until-empty), stops children and answers signals.
+        try:
+            await asyncio.wait_for(self._reap_workers_now(), self.window + 10.0)
+        except asyncio.TimeoutError:
+            log.warning("reaping lost workers took longer than the storage's retry window; trying again later")
+
+    async def _reap_workers_now(self) -> None:
         try:
             async with self.hive.lock(REAPER_LOCK, timeout=0, worker_id=f"supervisor-{os.getpid()}"):
                 reaped = await self.hive.workers.reap()

@@ -58,3 +58,39 @@ async def test_a_waiter_whose_session_the_server_ends_gets_a_lock_error_and_the_
     finally:
         await holder.close()
         await waiter.close()
+
+
+@pytest.mark.asyncio
+async def test_lock_statements_left_unanswered_fail_while_a_wait_for_the_lock_outlasts_command_timeout(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A stalled or half-open network must not hang a lock call forever (it froze a supervisor's
+    reaper): past ``command_timeout`` it fails. The wait for a held lock is the server's to bound
+    (``lock_timeout``), so it outlasts ``command_timeout``."""
+    schema = schema_for(tmp_path)
+    url = url_for(schema) + "&command_timeout=0.3"
+    holder, waiter = PostgresLocks(url), PostgresLocks(url)
+    try:
+        held = await holder.acquire("slow", timeout=0)
+        waiting = asyncio.ensure_future(waiter.acquire("slow", timeout=None))
+        await asyncio.sleep(1.5)  # five command timeouts: the wait must still be on
+        assert not waiting.done(), waiting
+        await holder.release(held)
+        again = await asyncio.wait_for(waiting, timeout=60)
+        await waiter.release(again)
+        # Now the server holds a lock statement back: another session locks the locks table.
+        blocker = await asyncpg.connect(**parse_url(url).connect_kwargs())
+        try:
+            transaction = blocker.transaction()
+            await transaction.start()
+            await blocker.execute(f'LOCK TABLE "{schema}".locks IN ACCESS EXCLUSIVE MODE')
+            try:
+                with pytest.raises(WorkhiveError):
+                    await asyncio.wait_for(waiter.acquire("other", timeout=0), timeout=120)
+            finally:
+                await transaction.rollback()
+        finally:
+            await blocker.close()
+    finally:
+        await holder.close()
+        await waiter.close()

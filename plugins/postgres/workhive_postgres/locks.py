@@ -47,6 +47,10 @@ def _encode(name: str) -> tuple[bytes, bytes]:
     return hashlib.sha256(raw).digest(), raw
 
 
+#: the client-side bound of a wait the caller asked to last forever (asyncpg needs a number)
+FOREVER = 10.0**9
+
+
 class PostgresLocks:
     """Fleet-wide locks in a hive's PostgreSQL schema; see the module docstring."""
 
@@ -82,6 +86,9 @@ class PostgresLocks:
             try:
                 pool = await asyncpg.create_pool(
                     **cfg.connect_kwargs(),
+                    # A statement a stalled or half-open network leaves unanswered fails instead of
+                    # hanging its caller (a supervisor's reaper); the wait for a lock sets its own.
+                    command_timeout=cfg.command_timeout,
                     min_size=0,
                     max_size=MAX_CONNECTIONS,
                     server_settings={"search_path": cfg.schema, "application_name": cfg.application_name, **_KEEPALIVE},
@@ -151,7 +158,9 @@ class PostgresLocks:
         limit = "0" if timeout is None else f"{max(1, round(timeout * 1000))}ms"
         await conn.execute(self._q["set_lock_timeout"], limit)
         try:
-            await conn.execute(self._q["wait_lock"], self._schema_key, lock_id)
+            # The server bounds this wait (lock_timeout); the client only outlasts it.
+            wait = FOREVER if timeout is None else timeout + self.config.command_timeout
+            await conn.execute(self._q["wait_lock"], self._schema_key, lock_id, timeout=wait)
         except asyncpg.exceptions.LockNotAvailableError:
             holder = await self._holders(conn, name_hash)
             raise lock_timeout_error(name, holder[0] if holder else current, float(timeout or 0.0)) from None
