@@ -551,6 +551,7 @@ class Supervisor:
             except WorkhiveError as exc2:
                 log.warning("reaping lost workers failed: %s", exc2)
                 return
+        ours = set().union(*(c.worker_ids for c in self.children.values()))
         for worker in reaped:
             log.warning(
                 "reaped lost worker %s: %d item(s) released, %d poisoned",
@@ -558,6 +559,10 @@ class Supervisor:
                 worker.released,
                 worker.poisoned,
             )
+            if worker.worker_id in ours:
+                # Its items' last attempts were spent here (a worker of this fleet that stopped
+                # heart-beating): poisoned by this run, so its report counts them as the store does.
+                self.tally.poisoned += worker.poisoned
         self.reaped += len(reaped)
 
     def _scale(self, stats: PoolStats) -> None:
