@@ -41,3 +41,27 @@ def test_completions_committed_but_never_reported_are_counted_from_storage() -> 
     tally, unreported = asyncio.run(main())
     assert tally.done == 2  # the reported one, and the one committed before the process died
     assert tally.failed == 1 and unreported == {}
+
+
+def test_a_poisoning_committed_but_never_reported_is_counted_from_storage() -> None:
+    """A child poisons an item (its last attempt failed) and dies before its POISONED event leaves
+    it (another handler's ``os._exit``): the report still counts it, as the store does."""
+
+    async def main() -> Any:
+        async with workhive.open("memory://") as hive:
+            pool = hive.pool("jobs")
+            await pool.push({"n": 1}, max_attempts=1)
+            await pool.push({"n": 2})
+            poisoned, still_claimed = await pool.claim("w1"), await pool.claim("w2")
+            await pool.fail(poisoned, "boom")  # its only attempt: POISONED
+            sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
+            child = _Child.__new__(_Child)
+            child.running, child.unreported, child.worker_ids = {}, {}, set()
+            child.alone, child.fatal, child.ready = None, None, True
+            for n, item in enumerate((poisoned, still_claimed)):
+                sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])
+            await sup.aftermath.count_unreported(child, WaitBudget(30.0, "the test"))
+            return sup.tally
+
+    tally = asyncio.run(main())
+    assert tally.poisoned == 1 and tally.done == 0  # the claim still held is the supervisor's to judge

@@ -101,7 +101,7 @@ class Aftermath:
             self.lost_with_process += len(child.worker_ids)
 
     async def count_unreported(self, child: Any, budget: WaitBudget) -> None:
-        """Completions the dead child committed but died before reporting: storage says DONE under its token.
+        """Outcomes the dead child committed but died before reporting: DONE or POISONED under its token.
 
         A process can die between committing a batch of completions and telling the
         supervisor (a handler's ``os._exit`` in another thread, a SIGKILL); counting them
@@ -115,8 +115,14 @@ class Aftermath:
             except WorkhiveError as exc:
                 log.debug("reading item %s of a dead worker failed: %s", item_id, exc)
                 continue
-            if item is not None and item.state is ItemState.DONE and item.token == token:
+            if item is None or item.token != token:
+                continue
+            if item.state is ItemState.DONE:
                 self.tally.done += 1
+            elif item.state is ItemState.POISONED:
+                # Poisoned by the child itself (its event lost with the process), before it died;
+                # a claim the supervisor charges below is still CLAIMED here, so none counts twice.
+                self.tally.poisoned += 1
         child.unreported.clear()
 
     async def _running_at_death(self, child: Any, budget: WaitBudget) -> list[tuple[str, int]] | None:
