@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from support.loops import claim_complete_loop
+from support.peers import peers_line
 from support.procs import env_with_path, wait_for_lines
 
 HERE = Path(__file__).resolve().parent
@@ -510,6 +511,7 @@ def main() -> int:
         f"each drain is {n_work:,} no-op jobs",
         flush=True,
     )
+    print(peers_line("asyncpg", "pgqueuer", "procrastinate"), flush=True)
 
     raw = asyncio.run(bench_raw(n_item, n_batch, n_push))
     emit("raw asyncpg per item, 8 coroutines (baseline)", raw["per8"], "items/s")

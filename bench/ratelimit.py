@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.peers import peers_line
+
 KEY_PREFIX = "BENCH_RATELIMIT_KEY"
 POOL = "ratelimit"
 _limiters: dict[str, Any] = {}
@@ -137,6 +139,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05, help="seconds the fake API takes per call")
     parser.add_argument("--modes", default="cooldowns,aiolimiter,known,learned")
     args = parser.parse_args()
+    print(peers_line("aiolimiter"), flush=True)
     try:
         import aiolimiter  # noqa: F401
     except ImportError:

@@ -51,6 +51,7 @@ import redis.asyncio as aioredis  # noqa: E402
 
 sys.path.append(HERE)  # now that `redis` is the package: bench/support is importable
 from support.loops import claim_complete_loop  # noqa: E402
+from support.peers import peer, peers_line  # noqa: E402
 from support.procs import env_with_path, wait_for_lines  # noqa: E402
 
 import workhive  # noqa: E402
@@ -486,6 +487,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"python {sys.version.split()[0]}, redis-server {info['redis_version']}, redis-py {redis_py.__version__}, "
           f"{os.cpu_count()} CPUs, load {load:.1f}", flush=True)  # fmt: skip
+    print(peers_line("huey", "bullmq", "arq", "rq"), flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="workhive-bench-redis-") as d:
             tmp = Path(d)
@@ -497,10 +499,10 @@ def main() -> None:
             fleet, fleet_lat = bench_fleet(tmp, n_fleet, samples)
             print("measuring: peers", flush=True)
             peers = {
-                "huey RedisHuey, 8 threads": bench_huey(tmp, n_huey, samples),
-                "bullmq 3.x, one Worker, concurrency 50": bench_bullmq(n_bull, samples),
-                "arq tuned (max_jobs 50, 10 ms poll)": bench_arq(n_arq, samples),
-                "RQ SimpleWorker x2": bench_rq(tmp, n_rq, samples),
+                f"{peer('huey')} RedisHuey, 8 threads": bench_huey(tmp, n_huey, samples),
+                f"{peer('bullmq')}, one Worker, concurrency 50": bench_bullmq(n_bull, samples),
+                f"{peer('arq')} tuned (max_jobs 50, 10 ms poll)": bench_arq(n_arq, samples),
+                f"{peer('rq')} SimpleWorker x2": bench_rq(tmp, n_rq, samples),
             }
             raw_last, _, _ = asyncio.run(raw_rates(n // 2, 100))
     finally:
