@@ -224,3 +224,63 @@ def test_a_fleet_drains_through_transaction_pooling_each_item_once(tmp_path: pat
 
 def rows_by_state(query: str) -> dict[str, int]:
     return {r[0]: r[1] for r in asyncio.run(sql(query))}
+
+
+HANDLERS = """
+async def plain(ctx):
+    return {"n": ctx.data["n"]}
+
+
+async def locked(ctx):
+    async with ctx.lock("fleet-wide", ttl=60) as held:
+        return {"lock_token": held.token}
+"""
+
+
+def _work(workdir: pathlib.Path, url: str, handler: str, n: int) -> list[Any]:
+    """Push ``n`` items and run ``workhive work --until-empty`` (two processes) at ``url``; the results."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (workdir / "pgbouncer_handlers.py").write_text(HANDLERS)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(workdir), os.environ.get("PYTHONPATH")])))
+
+    def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "workhive", "--storage", url, *args],
+            input=stdin, capture_output=True, text=True, cwd=workdir, env=env, timeout=300,
+        )  # fmt: skip
+
+    pushed = cli("push", "jobs", "-", stdin="".join(f'{{"n": {i}}}\n' for i in range(n)))
+    assert pushed.returncode == 0, pushed.stderr
+    work = cli(
+        "work", "jobs", "--handler", f"pgbouncer_handlers:{handler}", "--processes", "2", "--concurrency", "2",
+        "--until-empty", "--progress", "none", "--json",
+    )  # fmt: skip
+    assert work.returncode == 0, work.stderr[-3000:]
+
+    async def results() -> list[Any]:
+        async with workhive.open(url) as hive:
+            stats = await hive.pool("jobs").stats()
+            assert (stats.done, stats.pending + stats.delayed + stats.claimed + stats.poisoned) == (n, 0)
+            return [item.result for item in await hive.pool("jobs").items(ItemState.DONE, limit=n)]
+
+    found = asyncio.run(results())
+    assert json.loads(work.stdout)  # the run's report came out as JSON
+    return found
+
+
+def test_workhive_work_drains_through_transaction_pooling_polling_without_locks(tmp_path: pathlib.Path) -> None:
+    """`workhive work` through transaction pooling without direct_host: workers poll for work, the
+    supervisor's reaper reaps without its lock (refused), and every item is done once."""
+    found = _work(tmp_path, _through("transaction", tmp_path), "plain", 200)
+    assert sorted(result["n"] for result in found) == list(range(200))
+
+
+def test_workhive_work_takes_fleet_wide_locks_at_the_direct_host(tmp_path: pathlib.Path) -> None:
+    """Through transaction pooling with direct_host, handlers' ctx.lock holds its session on
+    PostgreSQL itself: each item holds the lock once, with a fencing token of its own."""
+    found = _work(tmp_path, _through("transaction", tmp_path, direct=True), "locked", 6)
+    assert len({result["lock_token"] for result in found}) == 6
