@@ -17,6 +17,7 @@ from workhive.ids import item_number
 from workhive.models import Ack, ItemState
 from workhive_postgres import PostgresStorage
 from workhive_postgres.sqlfiles import migrations, queries, with_limit
+from workhive_postgres.sqlfiles import statements as schema_statements
 
 
 async def wait_until(check: Any, what: str, timeout: float = 60.0) -> None:
@@ -172,7 +173,7 @@ async def test_a_lock_created_by_another_session_at_the_same_moment_is_taken_not
         async def taker_waits_for_the_insert() -> bool:
             rows = await watch.fetch(
                 "SELECT 1 FROM pg_stat_activity"
-                " WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO locks%'",
+                " WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO %locks (name_hash%'",
                 side.get_server_pid(),
             )
             return bool(rows)
@@ -207,7 +208,7 @@ async def test_statements_on_one_claim_find_it_by_primary_key_never_by_walking_t
             claimed = await pool.claim_many(100, "w1")
             ids = [item_number(item.id) for item in claimed]
             tokens = [item.token for item in claimed]
-            q = queries()
+            q = schema_statements(schema)
             statements = {
                 "complete_one": (0.0, "jobs", ids[0], tokens[0], "r"),
                 "complete_many": (0.0, "jobs", ids, tokens, ["r"] * len(ids)),
@@ -245,7 +246,7 @@ async def test_claims_read_the_claimable_index_and_their_rows_by_primary_key_in_
             held = await pool.claim("w1")
             assert held is not None
             await conn.execute("ANALYZE items")
-            q = queries()
+            q = schema_statements(schema)
             statements = {
                 "claim": (0.0, "jobs", "w1", 60.0),
                 "complete_and_claim": (0.0, "jobs", item_number(held.id), held.token, "r", "w1", 60.0),
@@ -298,7 +299,7 @@ async def test_claims_keep_their_generic_plan_once_the_table_is_analyzed(url: st
         finally:
             storage._pool.release(conn)
         counts = {r[0]: (r[1], r[2]) for r in rows}
-        q = queries()
+        q = schema_statements(schema)
         for name, limit in (("claim", 1), ("claim", 4), ("complete_and_claim", 1)):
             generic, custom = counts[with_limit(q[name], limit)]
             # PostgreSQL plans a prepared statement afresh five times, then keeps the generic plan.

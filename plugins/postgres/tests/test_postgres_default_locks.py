@@ -81,6 +81,9 @@ def test_the_locks_take_every_option_of_the_storage_url_and_its_schema(schema: s
         "sslcert": str(client.cert),
         "sslkey": str(client.key),
         "sslpassword": "unused-for-an-unencrypted-key",
+        "pgbouncer": "session",
+        "direct_host": "127.0.0.1",
+        "direct_port": "5432",
     }
     # A new storage URL option must be added here, so this test keeps covering all of them.
     assert set(options) == set(pg_url._OPTIONS)

@@ -217,3 +217,44 @@ def test_the_cli_shows_no_piece_of_the_password(char: str, schema: str, tmp_path
             assert run.returncode != 0 and "Percent-encode" in run.stderr, run.stderr
         else:
             assert run.returncode == 0, run.stderr
+
+
+# -- behind PgBouncer ------------------------------------------------------------------
+def test_pgbouncer_options_parse_and_show_where_listen_and_locks_connect() -> None:
+    cfg = parse_url(
+        f"postgresql://app:{SECRET}@bouncer:6432/jobs?schema=hive&pgbouncer=transaction&direct_host=db&direct_port=5433"
+    )
+    assert (cfg.pgbouncer, cfg.transaction_pooled, cfg.sessions_reach_server) == ("transaction", True, True)
+    assert cfg.connect_kwargs()["statement_cache_size"] == 0 and cfg.connect_kwargs()["port"] == 6432
+    direct = cfg.direct()
+    assert (direct.where, direct.pgbouncer, direct.password) == ("db:5433/jobs", None, SECRET)
+    assert "statement_cache_size" not in direct.connect_kwargs()  # PostgreSQL itself keeps prepared statements
+    assert cfg.redacted == (
+        "postgresql://app:***@bouncer:6432/jobs?schema=hive&pgbouncer=transaction&direct_host=db&direct_port=5433"
+    )
+    assert_secret_free(cfg.redacted, repr(cfg))
+    alone = parse_url("postgresql://app@bouncer:6432/jobs?pgbouncer=transaction")
+    assert not alone.sessions_reach_server and alone.direct() is alone
+    session = parse_url("postgresql://app@bouncer:6432/jobs?pgbouncer=session")
+    assert session.sessions_reach_server and "statement_cache_size" not in session.connect_kwargs()
+    assert "statement_cache_size" not in parse_url("postgresql://app@db/jobs").connect_kwargs()
+
+
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ("pgbouncer=statement", "pgbouncer=transaction or pgbouncer=session"),
+        ("pgbouncer=", "pgbouncer=transaction or pgbouncer=session"),
+        ("direct_host=db", "give them with ?pgbouncer=transaction"),
+        ("pgbouncer=transaction&direct_port=5433", "direct_port= without direct_host="),
+        ("pgbouncer=transaction&direct_host=", "direct_host= is empty"),
+        ("pgbouncer=transaction&direct_host=db&direct_port=70000", "not a TCP port"),
+        ("pgbouncer=transaction&direct_host=db&direct_port=x", "direct_port="),
+        ("statement_cache_size=0", "?pgbouncer=transaction"),
+    ],
+)
+def test_bad_pgbouncer_options_are_config_errors_saying_what_to_write(query: str, said: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        PostgresStorage(f"postgresql://app:{SECRET}@bouncer:6432/jobs?{query}")
+    assert said in str(info.value)
+    assert_secret_free(str(info.value))

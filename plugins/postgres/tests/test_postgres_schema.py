@@ -121,3 +121,27 @@ async def test_a_schema_that_belongs_to_something_else_is_refused_and_left_alone
     assert "not workhive's" in str(err) and "?schema=" in str(err) and "127.0.0.1:5432/test" in str(err)
     tables = {r[0] for r in await sql("SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)}
     assert tables == {"orders"}
+
+
+@pytest.mark.asyncio
+async def test_the_ownership_check_reads_the_hive_schema_whatever_the_connection_search_path(url: str) -> None:
+    """Through a pooler the connection's search_path is not the hive's (PgBouncer refuses it as a
+    startup parameter, or drops it when told to ignore it): the check read ``meta`` of whatever
+    schema came first, or failed, and judged the hive to "belong to something else"."""
+    from workhive_postgres.schema import ensure_schema
+    from workhive_postgres.url import parse_url
+
+    async with workhive.open(url) as hive:
+        await hive.pool("jobs").push("kept")
+    decoy = postgres_server.schema_for(f"decoy-{url}")
+    await sql(f'CREATE SCHEMA "{decoy}"')
+    await sql(f'CREATE TABLE "{decoy}".meta (key text, value text)')
+    await sql(f"INSERT INTO \"{decoy}\".meta VALUES ('owner', 'another-app')")
+    for search_path in (decoy, "pg_catalog"):  # another schema's meta first; none at all
+        conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": search_path})
+        try:
+            assert await ensure_schema(conn, parse_url(url), create=False) == SCHEMA_VERSION
+        finally:
+            await conn.close()
+    async with workhive.open(url, create=False) as hive:
+        assert (await hive.pool("jobs").stats()).pending == 1

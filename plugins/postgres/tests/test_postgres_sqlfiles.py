@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from workhive_postgres.sqlfiles import queries, with_limit
+from workhive_postgres.sqlfiles import HIVE, queries, statements, with_limit
 
 QUERIES = (resources.files("workhive_postgres") / "sql" / "queries.sql").read_text("utf-8")
 
@@ -25,7 +25,7 @@ def test_the_claim_is_written_once_in_the_sql_files() -> None:
     assert QUERIES.count("stopped heartbeating or crashed") == 1
     q = queries()
     for name in ("claim", "complete_and_claim"):
-        assert "FOR UPDATE SKIP LOCKED" in q[name] and "@" not in q[name], name
+        assert "FOR UPDATE SKIP LOCKED" in q[name] and "@claim_items" not in q[name], name
     assert not any(name.startswith("fragment") or name == "claim_items" for name in q)
 
 
@@ -41,3 +41,31 @@ def test_both_claim_statements_claim_alike_with_their_own_parameters() -> None:
     assert inner == renumbered[:at] + condition + renumbered[at:]
     # The limit is the last parameter of each, as with_limit requires.
     assert "LIMIT 7 " in with_limit(q["claim"], 7) and "LIMIT 7 " in with_limit(q["complete_and_claim"], 7)
+
+
+_RELATION = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+([\w\".@]+)(\(?)")
+
+
+def _no_row_words(text: str) -> str:
+    """``text`` without the clauses where UPDATE names no table (a row lock, an upsert)."""
+    return text.replace("FOR UPDATE", "").replace("DO UPDATE SET", "")
+
+
+def test_every_statement_names_the_hive_schema_itself_never_through_search_path() -> None:
+    """Behind PgBouncer's transaction pooling a connection keeps no search_path: every object of the
+    hive is written schema-qualified (``@hive.name`` in the files, ``"schema".name`` once opened)."""
+    for file in ("queries.sql", "locks.sql"):
+        for name, text in statements("wh_q", file).items():
+            assert HIVE not in text, (file, name)
+            ctes = set(re.findall(r"(\w+) AS \(", text))
+            for relation, call in _RELATION.findall(_no_row_words(text)):
+                if call or relation in ctes or relation.startswith("pg_"):
+                    continue  # a set-returning function (unnest, generate_series), a CTE, the catalog
+                assert relation.startswith('"wh_q".'), f"{file} {name}: {relation} is not schema-qualified"
+            # The hive's function and sequence too (nextval resolves its text argument by search_path).
+            assert not re.search(r"(?<![\w.])now_s\(", text), f"{file} {name}: now_s( without its schema"
+            assert not re.search(r"nextval\('(?!\"wh_q\"\.)", text), f"{file} {name}: an unqualified sequence"
+    # Filled in once per schema; another schema gets its own text.
+    assert statements("wh_q")["now"] == 'SELECT "wh_q".now_s($1)'
+    assert statements("other")["now"] == 'SELECT "other".now_s($1)'
+    assert queries()["now"] == "SELECT @hive.now_s($1)"

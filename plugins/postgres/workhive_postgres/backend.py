@@ -2,10 +2,11 @@
 
 Model
 -----
-* One pool of asyncpg connections per storage object (``connections``); every connection's
-  ``search_path`` is the hive's schema, and every statement is one of the
-  named statements in ``sql/queries.sql``. Most operations are one statement
-  in autocommit: one round trip, one commit.
+* One pool of asyncpg connections per storage object (``connections``); every
+  statement is one of the named statements in ``sql/queries.sql``, naming the
+  hive's schema itself (no ``search_path``, no other session state, so a
+  PgBouncer in transaction mode may run each on any server connection). Most
+  operations are one statement in autocommit: one round trip, one commit.
 * Time is the server's: ``now_s($1)`` in SQL (``statement_timestamp()`` plus
   the ``clock_offset`` tests move forward), never this machine's clock.
 * Claims lock their candidates ``FOR UPDATE SKIP LOCKED`` on the partial index
@@ -15,6 +16,9 @@ Model
 * Wake-ups: pushes ``pg_notify`` the hive's channel in the same statement; one
   listening connection per storage object (one per process in a fleet) wakes
   the waiters of the pool named in the payload, and is opened again after a drop.
+  Behind a PgBouncer in transaction mode it listens at ``?direct_host=``; without
+  one there is no listener: the backend does not declare ``notify`` and waiting
+  for work polls (the worker runtime's idle polling).
 * Connection loss: a call that never reached the server is retried with
   backoff for up to ``?retry_for=`` seconds. A call that was in flight is run
   again when running it twice is harmless, or the item is read back to learn
@@ -66,7 +70,7 @@ from workhive_postgres.failures import (
     statement_failure,
 )
 from workhive_postgres.schema import ensure_schema
-from workhive_postgres.sqlfiles import queries, with_limit
+from workhive_postgres.sqlfiles import statements, with_limit
 from workhive_postgres.url import PostgresConfig, parse_url
 
 __all__ = ["PostgresStorage", "channel_for"]
@@ -144,8 +148,6 @@ class PostgresStorage:
     ...         await hive.pool("emails").push({"to": "a@example.com"})
     """
 
-    capabilities = frozenset({"notify", "multiprocess"})
-
     def __init__(
         self,
         url: str,
@@ -161,7 +163,11 @@ class PostgresStorage:
         self._offset = clock_offset
         self._backoff = backoff if backoff is not None else FullJitter(base=0.05, cap=2.0)
         self._pool: Any = None
-        self._q = queries()
+        self._q = statements(self.config.schema)
+        #: "notify" unless nothing can LISTEN: behind PgBouncer's transaction pooling without ?direct_host=
+        self.capabilities = frozenset(
+            {"multiprocess", "notify"} if self.config.sessions_reach_server else {"multiprocess"}
+        )
         self._channel = channel_for(self.config.schema)
         self._events: dict[str, asyncio.Event] = {}
         self._listener: Any = None
@@ -205,7 +211,9 @@ class PostgresStorage:
 
     async def _open_pool(self, asyncpg: Any) -> Any:
         cfg = self.config
-        settings = {"search_path": cfg.schema, "application_name": cfg.application_name}
+        # application_name only: PgBouncer refuses other startup parameters (search_path, unless told to
+        # ignore it, and then it is silently lost), and every statement names the schema itself.
+        settings = {"application_name": cfg.application_name}
         # command_timeout: a statement the network stalled (or left half-open) fails as a lost
         # connection instead of hanging while this process's heartbeats keep its items claimed.
         pool = ConnectionPool(
@@ -374,6 +382,8 @@ class PostgresStorage:
         """Make sure the one listening connection is up; False if the server cannot be reached now."""
         if self._listener is not None and not self._listener.is_closed():
             return True
+        if "notify" not in self.capabilities:
+            return False  # transaction pooling and no direct_host: a LISTEN would be lost with its transaction
         async with self._listener_lock:
             if self._listener is not None and not self._listener.is_closed():
                 return True
@@ -381,12 +391,12 @@ class PostgresStorage:
 
             try:
                 conn = await asyncpg.connect(
-                    **self.config.connect_kwargs(),
+                    **self.config.direct().connect_kwargs(),
                     server_settings={"application_name": self.config.application_name},
                 )
                 await conn.add_listener(self._channel, self._on_notify)
             except Exception as exc:
-                logger.warning("cannot listen for wake-ups at %s (%s)", self.config.where, type(exc).__name__)
+                logger.warning("cannot listen for wake-ups at %s (%s)", self.config.direct().where, type(exc).__name__)
                 return False
             conn.add_termination_listener(self._on_listener_lost)
             self._listener = conn
@@ -421,7 +431,9 @@ class PostgresStorage:
         return await self._run("push", self._push_keyed if keyed else self._push, pool, items, rerun=all_keyed)
 
     async def _push(self, conn: Any, pool: str, items: Sequence[NewItem]) -> list[str]:
-        if len(items) >= COPY_FROM and all(i.dedup_key is None for i in items):
+        # Not through PgBouncer's transaction pooling: asyncpg prepares COPY's column query as a
+        # named statement even with its statement cache off, which outlives the transaction.
+        if len(items) >= COPY_FROM and not self.config.transaction_pooled and all(i.dedup_key is None for i in items):
             return await self._push_copy(conn, pool, items)
         rows = await conn.fetch(
             self._q["push"],

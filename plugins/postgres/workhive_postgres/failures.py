@@ -94,6 +94,13 @@ def open_failure(config: PostgresConfig, exc: BaseException) -> StorageUnavailab
             f"database {config.database!r} does not exist at {where}; create it (createdb {config.database}) "
             "or fix the database name in the storage URL"
         )
+    elif "unsupported startup parameter" in str(exc):
+        # PgBouncer's answer to a setting it does not pass on (this plugin sends such only when
+        # it was not told it talks to a PgBouncer: the locks' TCP keepalives).
+        text = (
+            f"{where} looks like a PgBouncer ({_first_line(exc)}): add ?pgbouncer=session or "
+            "?pgbouncer=transaction (its pool_mode) to the storage URL"
+        )
     elif isinstance(exc, asyncpg.exceptions.TooManyConnectionsError):
         text = f"PostgreSQL at {where} has no connection slots left; lower ?pool_size= or raise max_connections"
     elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
@@ -131,6 +138,15 @@ def statement_failure(config: PostgresConfig, exc: BaseException, what: str) -> 
     if isinstance(exc, asyncpg.exceptions.DataError):
         return InvalidArgument(
             f"{what}: PostgreSQL at {where} refused a value ({_first_line(exc)}); nothing was changed", where=where
+        )
+    errors = asyncpg.exceptions
+    statement_clash = (errors.DuplicatePreparedStatementError, errors.InvalidSQLStatementNameError)
+    if isinstance(exc, statement_clash) and config.pgbouncer is None:
+        # Prepared statements meeting other clients' on one server connection: transaction pooling.
+        return StorageUnavailable(
+            f"{what} failed at {where}: {_first_line(exc)}; this happens behind a PgBouncer in transaction "
+            "mode: add ?pgbouncer=transaction to the storage URL",
+            where=where,
         )
     if isinstance(exc, asyncpg.exceptions.UndefinedTableError):
         return StorageUnavailable(

@@ -12,6 +12,13 @@ connection kept for as long as the lock is held:
 * The ``locks`` table row of a name keeps its fencing token (it only rises, also
   across processes and restarts) and the holder's pid, host and worker.
 
+Behind PgBouncer: in session mode the locks work through it unchanged (a client
+session keeps its server connection, and PgBouncer's ``DISCARD ALL`` frees the
+locks of a client that went away). In transaction mode a session lock would stay
+on a server connection PgBouncer hands to someone else: the locks connect to
+``?direct_host=`` (PostgreSQL itself), and without it every call is refused with
+``LockSystemError`` saying so.
+
 >>> async def main():  # doctest: +SKIP
 ...     locks = PostgresLocks("postgresql://app@db.example/jobs")
 ...     held = await locks.acquire("repo:acme", ttl=60, timeout=5, worker_id="w1")
@@ -32,7 +39,7 @@ from workhive.errors import LockNotHeld, LockSystemError, WorkhiveError
 from workhive.locks import HeldLock, LockHolder, check_lock_args, check_lock_name, lock_timeout_error, report_overdue
 from workhive_postgres.failures import is_connection_loss, open_failure
 from workhive_postgres.schema import ensure_schema
-from workhive_postgres.sqlfiles import queries
+from workhive_postgres.sqlfiles import statements
 from workhive_postgres.url import PostgresConfig, parse_url
 
 __all__ = ["PostgresLocks"]
@@ -62,7 +69,7 @@ class PostgresLocks:
         self.url = self.config.redacted
         # Non-negative, as pg_locks shows advisory keys as oids.
         self._schema_key = zlib.crc32(f"workhive-locks:{self.config.schema}".encode()) & 0x7FFFFFFF
-        self._q = queries("locks.sql")
+        self._q = statements(self.config.schema, "locks.sql")
         self._pool: Any = None
         self._opening = asyncio.Lock()
         self._held: dict[object, tuple[Any, int, int]] = {}
@@ -77,28 +84,40 @@ class PostgresLocks:
             raise LockSystemError(f"{self!r} is closed; create a new provider")
         if self._pool is not None:
             return self._pool
+        if not self.config.sessions_reach_server:
+            raise LockSystemError(
+                f"fleet-wide locks at {self.config.where} cannot work through PgBouncer in transaction mode "
+                "(a lock is held by a session, and each transaction may run on another server connection): "
+                "add ?direct_host=HOST&direct_port=PORT naming PostgreSQL itself, point the locks at a "
+                "session-mode PgBouncer (?pgbouncer=session), or use other locks (WORKHIVE_LOCKS)",
+                where=self.config.where,
+            )
         async with self._opening:
             if self._pool is not None:
                 return self._pool
             import asyncpg
 
             cfg = self.config
+            # Server-side keepalives are startup parameters, which PgBouncer refuses; behind it the
+            # holder's side is watched by PgBouncer's own tcp_keepalive settings instead.
+            direct = cfg.direct()
+            keepalive = _KEEPALIVE if direct.pgbouncer is None else {}
             try:
                 pool = await asyncpg.create_pool(
-                    **cfg.connect_kwargs(),
+                    **direct.connect_kwargs(),
                     # A statement a stalled or half-open network leaves unanswered fails instead of
                     # hanging its caller (a supervisor's reaper); the wait for a lock sets its own.
                     command_timeout=cfg.command_timeout,
                     min_size=0,
                     max_size=MAX_CONNECTIONS,
-                    server_settings={"search_path": cfg.schema, "application_name": cfg.application_name, **_KEEPALIVE},
+                    server_settings={"application_name": cfg.application_name, **keepalive},
                 )
                 async with pool.acquire() as conn:
                     await ensure_schema(conn, cfg, create=True)
             except WorkhiveError as exc:
                 raise LockSystemError(str(exc)) from None
             except Exception as exc:
-                raise LockSystemError(str(open_failure(cfg, exc))) from None
+                raise LockSystemError(str(open_failure(direct, exc))) from None
             self._pool = pool
             return pool
 

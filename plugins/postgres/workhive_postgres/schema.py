@@ -6,6 +6,11 @@ table records each version applied. Opening checks the version without a
 lock; only when something is to be done does it take a transaction-scoped
 advisory lock, so fifty processes starting at once wait for the first one's
 migration and then find nothing left to do.
+
+Nothing here depends on the connection's ``search_path``: the statements name
+the schema (``sqlfiles.statements``), and a migration sets ``search_path``
+with ``SET LOCAL`` inside its own transaction, which a PgBouncer in
+transaction mode keeps for exactly that transaction.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from workhive.errors import HiveNotFound, SchemaVersionError, StorageUnavailable
-from workhive_postgres.sqlfiles import migrations, queries
+from workhive_postgres.sqlfiles import migrations, statements
 from workhive_postgres.url import PostgresConfig
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema"]
@@ -26,7 +31,7 @@ async def ensure_schema(conn: Any, config: PostgresConfig, *, create: bool) -> i
 
     ``create=False`` raises ``HiveNotFound`` when the schema does not exist and changes nothing.
     """
-    q = queries()
+    q = statements(config.schema)
     schema = config.schema
     exists = await conn.fetchval(q["schema_exists"], schema)
     if not exists and not create:
@@ -58,7 +63,9 @@ async def ensure_schema(conn: Any, config: PostgresConfig, *, create: bool) -> i
 
 async def _version(conn: Any, config: PostgresConfig) -> int:
     """The schema's version (0: empty), refusing a schema that is not ours or is newer than this code."""
-    q = queries()
+    import asyncpg
+
+    q = statements(config.schema)
     schema = config.schema
     tables = set(await conn.fetch(q["schema_tables"], schema))
     names = {row[0] for row in tables}
@@ -72,11 +79,12 @@ async def _version(conn: Any, config: PostgresConfig) -> int:
             where=config.where,
             schema=schema,
         )
-    # The connection's search_path is the schema, so these names are the schema's own.
+    # Read by schema-qualified names: through a pooler that drops search_path this once read
+    # another schema's tables (or none), and that failure was taken for someone else's schema.
     try:
         row = await conn.fetchrow(q["schema_owner_and_version"])
-    except Exception:  # tables named like ours but shaped otherwise: someone else's
-        row = {"owner": None}
+    except (asyncpg.exceptions.UndefinedColumnError, asyncpg.exceptions.DatatypeMismatchError):
+        row = {"owner": None}  # tables named like ours but shaped otherwise: someone else's
     if row["owner"] != "workhive":
         raise StorageUnavailable(
             f"schema {schema!r} at {config.where} belongs to {row['owner'] or 'something else'}, not workhive; "

@@ -4,6 +4,14 @@
 header (the procrastinate layout: a reader sees every statement in one
 place; ``workhive.sqlfiles`` reads them, fragments and all);
 ``migrations/NNNN_*.sql`` take a schema from version NNNN-1 to NNNN.
+
+Statements name the hive's objects schema-qualified, never through
+``search_path`` (which a PgBouncer in transaction mode cannot keep, and
+refuses as a startup parameter): the files write ``@hive.items``,
+``@hive.now_s($1)``, ``nextval('@hive.item_ids')``, and ``statements(schema)``
+fills in the quoted schema once, when a hive is opened. Migrations still run
+under ``SET LOCAL search_path`` inside their own transaction (``schema.py``),
+so they write plain names.
 """
 
 from __future__ import annotations
@@ -14,16 +22,33 @@ from importlib.resources import files
 
 from workhive.sqlfiles import read
 
-__all__ = ["migrations", "queries", "with_limit"]
+__all__ = ["HIVE", "migrations", "queries", "statements", "with_limit"]
 
+#: what the SQL files write before every object of the hive's schema (tables, the sequence, now_s)
+HIVE = "@hive."
 _MIGRATION = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PARAM = re.compile(r"\$(\d+)")
 
 
 @functools.cache
 def queries(file: str = "queries.sql") -> dict[str, str]:
-    """Statement text by name from ``file`` (comments dropped, no trailing semicolon)."""
+    """Statement text by name from ``file`` (comments dropped, no trailing semicolon), ``@hive.`` unfilled."""
     return read("workhive_postgres", file)
+
+
+@functools.cache
+def statements(schema: str, file: str = "queries.sql") -> dict[str, str]:
+    """The statements of ``file`` for the hive in ``schema``: each ``@hive.`` becomes ``"schema".``.
+
+    >>> statements("jobs")["now"]
+    'SELECT "jobs".now_s($1)'
+    """
+    # parse_url admits only these names; quoting one of them is then exact.
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(f"not a workhive schema name: {schema!r}")
+    qualified = f'"{schema}".'
+    return {name: text.replace(HIVE, qualified) for name, text in queries(file).items()}
 
 
 @functools.cache

@@ -7,6 +7,14 @@ Forms::
     ...?schema=NAME&pool_size=10&connect_timeout=10&command_timeout=30&retry_for=60&sslmode=require
     ...?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem&sslcert=client.crt&sslkey=client.key
     postgresql://app@db/jobs?passfile=/run/secrets/pgpass   (or PGPASSWORD, PGPASSFILE, ~/.pgpass)
+    postgresql://app@bouncer:6432/jobs?pgbouncer=transaction&direct_host=db&direct_port=5432
+    postgresql://app@bouncer:6432/jobs?pgbouncer=session
+
+``pgbouncer=`` says the host is a PgBouncer and in which pool mode. In
+``transaction`` mode a connection carries no session state from one
+transaction to the next, so no prepared statement outlives its statement and
+LISTEN and session advisory locks need PostgreSQL itself: ``direct_host`` /
+``direct_port`` (the same database, user, password and TLS settings).
 
 TLS files and password files are read as libpq reads them and checked when
 the URL is parsed (``workhive_postgres.tls``).
@@ -38,8 +46,12 @@ SCHEMES = ("postgresql", "postgres")
 _TLS_OPTIONS = ("sslrootcert", "sslcert", "sslkey", "sslpassword")
 _OPTIONS = (
     "schema", "pool_size", "connect_timeout", "command_timeout", "retry_for", "sslmode", "application_name",
-    "passfile", *_TLS_OPTIONS,
+    "passfile", "pgbouncer", "direct_host", "direct_port", *_TLS_OPTIONS,
 )  # fmt: skip
+#: PgBouncer's pool modes workhive runs behind (statement mode cannot run a transaction at all)
+POOL_MODES = ("transaction", "session")
+#: what a user behind PgBouncer may have tried from asyncpg's or libpq's advice: answered with the option to use
+_BOUNCER_HINTS = ("statement_cache_size", "prepare_threshold", "prepared_statement_cache_size")
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 # Lower case, so that it needs no quoting and means the same to every client.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -76,6 +88,32 @@ class PostgresConfig:
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False, eq=False)
     #: the CA file the server's certificate is checked against (``system``: the system's CAs)
     sslrootcert: str | None = None
+    #: the PgBouncer pool mode in front of the server (``transaction`` or ``session``), None: connected directly
+    pgbouncer: str | None = None
+    #: PostgreSQL itself, behind the PgBouncer: LISTEN and lock sessions connect here when set
+    direct_host: str | None = None
+    direct_port: int = 5432
+
+    @property
+    def transaction_pooled(self) -> bool:
+        """Whether a session lasts only one transaction (PgBouncer ``pool_mode = transaction``)."""
+        return self.pgbouncer == "transaction"
+
+    @property
+    def sessions_reach_server(self) -> bool:
+        """Whether a session-long connection is possible: LISTEN and session advisory locks work."""
+        return not self.transaction_pooled or self.direct_host is not None
+
+    def direct(self) -> PostgresConfig:
+        """Where LISTEN and lock sessions connect: PostgreSQL itself at ``direct_host`` when set, else this.
+
+        >>> cfg = parse_url("postgresql://app@bouncer:6432/jobs?pgbouncer=transaction&direct_host=db")
+        >>> cfg.direct().where, cfg.direct().pgbouncer
+        ('db:5432/jobs', None)
+        """
+        if self.direct_host is None:
+            return self
+        return attrs.evolve(self, host=self.direct_host, port=self.direct_port, pgbouncer=None, direct_host=None)
 
     @property
     def sslrootcert_shown(self) -> str:
@@ -92,11 +130,23 @@ class PostgresConfig:
     def redacted(self) -> str:
         """The URL with the password replaced by ``***``."""
         user = "" if self.user is None else self.user + (":***" if self.password is not None else "") + "@"
-        query = "" if self.schema == DEFAULT_SCHEMA else f"?schema={self.schema}"
+        shown = [] if self.schema == DEFAULT_SCHEMA else [f"schema={self.schema}"]
+        if self.pgbouncer is not None:
+            shown.append(f"pgbouncer={self.pgbouncer}")
+        if self.direct_host is not None:
+            shown.append(f"direct_host={self.direct_host}&direct_port={self.direct_port}")
+        query = "?" + "&".join(shown) if shown else ""
         return f"postgresql://{user}{self.where}{query}"
 
     def connect_kwargs(self) -> dict[str, object]:
-        """Keyword arguments for ``asyncpg.connect``/``create_pool``."""
+        """Keyword arguments for ``asyncpg.connect``/``create_pool``.
+
+        Behind PgBouncer in transaction mode asyncpg keeps no statement
+        cache: with ``statement_cache_size=0`` it prepares each statement unnamed, in the same
+        message sequence that runs it, so no statement outlives the server connection it ran on
+        (asyncpg 0.29+; older ones reused the unnamed statement across a Sync PgBouncer may
+        hand to another client).
+        """
         kwargs: dict[str, object] = {
             "host": self.host,
             "port": self.port,
@@ -113,6 +163,8 @@ class PostgresConfig:
             kwargs["ssl"] = self.ssl_context
         elif self.sslmode is not None:
             kwargs["ssl"] = self.sslmode
+        if self.transaction_pooled:
+            kwargs["statement_cache_size"] = 0
         return kwargs
 
 
@@ -174,7 +226,13 @@ def parse_url(url: str) -> PostgresConfig:
     query = parse_options(pairs, f"the PostgreSQL URL for {host}/{database}")
     unknown = sorted(set(query) - set(_OPTIONS))
     if unknown:
-        raise _bad(f"unknown option(s) {', '.join(unknown)} in the PostgreSQL URL; known: {', '.join(_OPTIONS)}")
+        hint = ""
+        if set(unknown) & set(_BOUNCER_HINTS):
+            hint = (
+                "; behind PgBouncer say ?pgbouncer=transaction (or session), which turns prepared statements "
+                "off where they cannot work"
+            )
+        raise _bad(f"unknown option(s) {', '.join(unknown)} in the PostgreSQL URL{hint}; known: {', '.join(_OPTIONS)}")
     schema = query.get("schema", DEFAULT_SCHEMA)
     if not _SCHEMA_NAME.fullmatch(schema) or schema.startswith("pg_"):
         raise _bad(
@@ -188,6 +246,25 @@ def parse_url(url: str) -> PostgresConfig:
         context, rootcert = ssl_context(sslmode, {k: query[k] for k in _TLS_OPTIONS if k in query})
     except ConfigError as exc:
         raise ConfigError(f"the PostgreSQL URL for {host}/{database}: {exc}") from None
+    pgbouncer = query.get("pgbouncer")
+    if pgbouncer is not None and pgbouncer not in POOL_MODES:
+        raise _bad(
+            f"pgbouncer={pgbouncer!r} is not a pool mode workhive runs behind: pgbouncer=transaction or "
+            "pgbouncer=session (statement mode cannot run the transactions workhive needs)"
+        )
+    direct_host = query.get("direct_host")
+    if ("direct_host" in query or "direct_port" in query) and pgbouncer is None:
+        raise _bad(
+            "direct_host/direct_port name PostgreSQL behind a PgBouncer: give them with ?pgbouncer=transaction "
+            "(or session), or connect to the server directly without them"
+        )
+    if direct_host is not None and not direct_host.strip():
+        raise _bad("direct_host= is empty: name the PostgreSQL server behind the PgBouncer (e.g. direct_host=db)")
+    if "direct_port" in query and direct_host is None:
+        raise _bad("direct_port= without direct_host=: name the PostgreSQL server too")
+    direct_port = int(_number("direct_port", query.get("direct_port", "5432"), 1, True))
+    if direct_port > 65535:
+        raise _bad(f"direct_port={direct_port} is not a TCP port (1-65535)")
     passfile = query.get("passfile")
     if passfile is not None:
         expanded = os.path.abspath(os.path.expanduser(passfile))
@@ -216,4 +293,7 @@ def parse_url(url: str) -> PostgresConfig:
         passfile=passfile,
         ssl_context=context,
         sslrootcert=rootcert,
+        pgbouncer=pgbouncer,
+        direct_host=direct_host,
+        direct_port=direct_port,
     )

@@ -1,6 +1,9 @@
 -- Every statement workhive-postgres runs against a hive's schema, one per
 -- `-- name --` header, each with a line saying what it does and what its
--- parameters are. Connections have search_path set to the hive's schema.
+-- parameters are. Every object of the hive is written `@hive.name` (tables, the
+-- item_ids sequence, now_s): sqlfiles.statements(schema) writes the quoted schema
+-- in its place when a hive opens, so no statement depends on search_path (which
+-- PgBouncer's transaction pooling cannot keep).
 -- $1 is always the clock offset in seconds (0 outside tests): now_s($1) is the
 -- server's clock plus it, read once per statement.
 --
@@ -16,14 +19,14 @@
 -- priority, max_attempts, delay, dedup key), record the pool, wake waiters on
 -- channel $8. Returns the new ids in insertion order (sequence order).
 WITH new_items AS (
-    INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
-    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, now_s($1), now_s($1) + u.delay, u.dedup_key
+    INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
+    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key
     FROM unnest($3::text[], $4::int[], $5::int[], $6::float8[], $7::text[])
         WITH ORDINALITY AS u (payload, priority, max_attempts, delay, dedup_key, n)
     ORDER BY u.n
     RETURNING id
 ), known AS (
-    INSERT INTO pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
+    INSERT INTO @hive.pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
 ), woken AS (
     SELECT pg_notify($8, $2)
 )
@@ -31,11 +34,11 @@ SELECT new_items.id FROM new_items CROSS JOIN woken ORDER BY new_items.id;
 
 -- allocate_ids --
 -- $1 new item numbers, in order (a large push then COPYs its rows with them).
-SELECT nextval('item_ids') FROM generate_series(1, $1);
+SELECT nextval('@hive.item_ids') FROM generate_series(1, $1);
 
 -- record_pool --
 -- Pool $1 has been pushed to.
-INSERT INTO pools (pool) VALUES ($1) ON CONFLICT DO NOTHING;
+INSERT INTO @hive.pools (pool) VALUES ($1) ON CONFLICT DO NOTHING;
 
 -- dedup_lock --
 -- Serialise pushes that carry dedup keys in pool $2 of this schema ($1) until commit.
@@ -43,7 +46,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('workhive-dedup:' || $1 || ':' || 
 
 -- live_duplicates --
 -- For dedup keys $2 in pool $1: the oldest pending or claimed item holding each.
-SELECT dedup_key, min(id) AS id FROM items
+SELECT dedup_key, min(id) AS id FROM @hive.items
 WHERE pool = $1 AND dedup_key = ANY($2::text[]) AND state IN ('pending', 'claimed')
 GROUP BY dedup_key;
 
@@ -54,22 +57,22 @@ GROUP BY dedup_key;
 -- and the {only_if} line dropped when empty). {worker}, {lease} and {limit} are
 -- the statement's parameters for the worker id, the lease seconds and the limit;
 -- {only_if} is an extra condition on the candidates.
-UPDATE items SET
+UPDATE @hive.items SET
     state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
     available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at ELSE available_at END,
     claimed_by = CASE WHEN state = 'pending' OR attempts < max_attempts THEN {worker}::text ELSE claimed_by END,
     attempts = CASE WHEN state = 'pending' OR attempts < max_attempts THEN attempts + 1 ELSE attempts END,
     token = CASE WHEN state = 'pending' OR attempts < max_attempts THEN token + 1 ELSE token END,
     lease_seconds = CASE WHEN state = 'pending' OR attempts < max_attempts THEN {lease}::float8 END,
-    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN now_s($1) + {lease}::float8 END,
+    lease_expires_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN @hive.now_s($1) + {lease}::float8 END,
     error = CASE WHEN state = 'pending' OR attempts < max_attempts THEN error
         ELSE 'lease expired after attempt ' || attempts || ' of ' || max_attempts
             || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
-    finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE now_s($1) END
+    finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE @hive.now_s($1) END
 WHERE id = ANY (ARRAY (
-    SELECT id FROM items
+    SELECT id FROM @hive.items
     WHERE pool = $2 AND state IN ('pending', 'claimed')
-        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= now_s($1)
+        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= @hive.now_s($1)
         {only_if}
     ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
     LIMIT {limit} FOR UPDATE SKIP LOCKED))
@@ -93,17 +96,17 @@ RETURNING id, payload, priority, attempts, max_attempts, token, created_at, avai
 
 -- complete_one --
 -- Mark item $3 of pool $2 done with result $5 if its claim (token $4) is current and unexpired.
-UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
+UPDATE @hive.items SET state = 'done', result = $5, finished_at = @hive.now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
 RETURNING id;
 
 -- complete_many --
 -- complete_one for every (id, token, result) of the parallel arrays $3, $4, $5, in one
 -- statement; returns the ids that were accepted.
-UPDATE items SET state = 'done', result = acks.result, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+UPDATE @hive.items SET state = 'done', result = acks.result, finished_at = @hive.now_s($1), lease_expires_at = NULL, lease_seconds = NULL
 FROM unnest($3::bigint[], $4::bigint[], $5::text[]) AS acks (id, token, result)
 WHERE items.id = acks.id AND (items.pool = $2 AND items.state = 'claimed' AND items.token = acks.token
-    AND items.lease_expires_at > now_s($1)) IS TRUE
+    AND items.lease_expires_at > @hive.now_s($1)) IS TRUE
 RETURNING items.id;
 
 -- complete_and_claim --
@@ -113,8 +116,8 @@ RETURNING items.id;
 -- row the claim touched (or one row of NULLs), each carrying whether the completion
 -- was accepted and, as in claim, whether the row was taken or poisoned.
 WITH done AS (
-    UPDATE items SET state = 'done', result = $5, finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL
-    WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
+    UPDATE @hive.items SET state = 'done', result = $5, finished_at = @hive.now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+    WHERE id = $3 AND (pool = $2 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
     RETURNING id
 ), claimed AS (
     @claim_items(worker=$6, lease=$7, limit=$8, only_if=AND EXISTS (SELECT FROM done))
@@ -125,73 +128,73 @@ FROM (VALUES (1)) AS one (n) LEFT JOIN claimed ON true;
 -- fail --
 -- Item $2 of pool $3 failed with error $5 under claim token $4: back to pending after
 -- $6 s, or poisoned when $7 (poison) or its attempts are spent. Returns the new state.
-UPDATE items SET
+UPDATE @hive.items SET
     state = CASE WHEN $7 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
     error = $5,
-    available_at = CASE WHEN $7 OR attempts >= max_attempts THEN available_at ELSE now_s($1) + $6 END,
-    finished_at = CASE WHEN $7 OR attempts >= max_attempts THEN now_s($1) ELSE NULL END,
+    available_at = CASE WHEN $7 OR attempts >= max_attempts THEN available_at ELSE @hive.now_s($1) + $6 END,
+    finished_at = CASE WHEN $7 OR attempts >= max_attempts THEN @hive.now_s($1) ELSE NULL END,
     claimed_by = CASE WHEN $7 OR attempts >= max_attempts THEN claimed_by ELSE NULL END,
     lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
+WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
 RETURNING state;
 
 -- release --
 -- Put item $2 of pool $3 (claim token $4) back to pending after $5 s, refunding the attempt.
-UPDATE items SET state = 'pending', available_at = now_s($1) + $5, attempts = attempts - 1,
+UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1) + $5, attempts = attempts - 1,
     releases = releases + 1, claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
-WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
+WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
 RETURNING id;
 
 -- extend --
 -- Give item $2 of pool $3 (claim token $4) a lease of $5 s from now; the new length
 -- becomes the item's, so heartbeats keep extending by it. Returns the new expiry.
-UPDATE items SET lease_expires_at = now_s($1) + $5, lease_seconds = $5
-WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > now_s($1)) IS TRUE
+UPDATE @hive.items SET lease_expires_at = @hive.now_s($1) + $5, lease_seconds = $5
+WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
 RETURNING lease_expires_at;
 
 -- item_state --
 -- What a call whose connection dropped needs to learn whether it was applied:
 -- item $1's state, token and error.
-SELECT state, token, error FROM items WHERE id = $1;
+SELECT state, token, error FROM @hive.items WHERE id = $1;
 
 -- get --
 -- Item $1 of pool $2, every column.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
     claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
-FROM items WHERE id = $1 AND pool = $2;
+FROM @hive.items WHERE id = $1 AND pool = $2;
 
 -- list_items --
 -- Items of pool $1 in state $2, oldest first, $3 of them after skipping $4.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
     claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
-FROM items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
+FROM @hive.items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
 
 -- requeue --
 -- Move poisoned items of pool $2 (ids $3, or all when $3 is NULL) back to pending, now,
 -- with their attempts reset and their error kept.
-UPDATE items SET state = 'pending', available_at = now_s($1), attempts = 0, finished_at = NULL,
+UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), attempts = 0, finished_at = NULL,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = $2 AND state = 'poisoned' AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]));
 
 -- poison_worker_spent --
 -- Worker $2 was lost: its claims (in pool $3, or every pool when NULL) that have no
 -- attempts left are poisoned.
-UPDATE items SET state = 'poisoned', finished_at = now_s($1), lease_expires_at = NULL, lease_seconds = NULL,
+UPDATE @hive.items SET state = 'poisoned', finished_at = @hive.now_s($1), lease_expires_at = NULL, lease_seconds = NULL,
     error = 'worker ' || $2 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
 WHERE claimed_by = $2 AND state = 'claimed' AND ($3::text IS NULL OR pool = $3) AND attempts >= max_attempts;
 
 -- release_worker --
 -- Every item claimed by worker $2 (in pool $3, or every pool when NULL) back to pending,
 -- available now; with $4 the attempt is refunded (and counted as a release).
-UPDATE items SET state = 'pending', available_at = now_s($1), claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL,
+UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL,
     attempts = CASE WHEN $4 THEN greatest(attempts - 1, 0) ELSE attempts END,
     releases = CASE WHEN $4 THEN releases + 1 ELSE releases END
 WHERE claimed_by = $2 AND state = 'claimed' AND ($3::text IS NULL OR pool = $3);
 
 -- purge --
 -- Delete done and poisoned items of pool $2 that finished more than $3 s ago.
-DELETE FROM items
-WHERE pool = $2 AND state IN ('done', 'poisoned') AND finished_at < now_s($1) - $3;
+DELETE FROM @hive.items
+WHERE pool = $2 AND state IN ('done', 'poisoned') AND finished_at < @hive.now_s($1) - $3;
 
 -- stats --
 -- Counts for pool $2: ready, delayed, claimed, done, poisoned, and when the longest-waiting
@@ -201,34 +204,34 @@ WHERE pool = $2 AND state IN ('done', 'poisoned') AND finished_at < now_s($1) - 
 -- so all agree): a plain now_s($1) is evaluated per row and filter, a third of the scan's
 -- time, and a join to a one-row clock subquery would stop the scan's parallel partial counts.
 SELECT
-    count(*) FILTER (WHERE (state = 'pending' AND available_at <= (SELECT now_s($1)))
-        OR (state = 'claimed' AND lease_expires_at <= (SELECT now_s($1)) AND attempts < max_attempts)) AS ready,
-    count(*) FILTER (WHERE state = 'pending' AND available_at > (SELECT now_s($1))) AS delayed,
-    count(*) FILTER (WHERE state = 'claimed' AND lease_expires_at > (SELECT now_s($1))) AS claimed,
+    count(*) FILTER (WHERE (state = 'pending' AND available_at <= (SELECT @hive.now_s($1)))
+        OR (state = 'claimed' AND lease_expires_at <= (SELECT @hive.now_s($1)) AND attempts < max_attempts)) AS ready,
+    count(*) FILTER (WHERE state = 'pending' AND available_at > (SELECT @hive.now_s($1))) AS delayed,
+    count(*) FILTER (WHERE state = 'claimed' AND lease_expires_at > (SELECT @hive.now_s($1))) AS claimed,
     count(*) FILTER (WHERE state = 'done') AS done,
     count(*) FILTER (WHERE state = 'poisoned'
-        OR (state = 'claimed' AND lease_expires_at <= (SELECT now_s($1)) AND attempts >= max_attempts)) AS poisoned,
+        OR (state = 'claimed' AND lease_expires_at <= (SELECT @hive.now_s($1)) AND attempts >= max_attempts)) AS poisoned,
     least(
-        min(available_at) FILTER (WHERE state = 'pending' AND available_at <= (SELECT now_s($1))),
-        min(lease_expires_at) FILTER (WHERE state = 'claimed' AND lease_expires_at <= (SELECT now_s($1))
+        min(available_at) FILTER (WHERE state = 'pending' AND available_at <= (SELECT @hive.now_s($1))),
+        min(lease_expires_at) FILTER (WHERE state = 'claimed' AND lease_expires_at <= (SELECT @hive.now_s($1))
             AND attempts < max_attempts)
     ) AS oldest
-FROM items WHERE pool = $2;
+FROM @hive.items WHERE pool = $2;
 
 -- pools --
 -- Every pool that still has items, by name.
-SELECT pool FROM pools WHERE EXISTS (SELECT FROM items WHERE items.pool = pools.pool) ORDER BY pool;
+SELECT pool FROM @hive.pools WHERE EXISTS (SELECT FROM @hive.items WHERE items.pool = pools.pool) ORDER BY pool;
 
 -- next_due --
 -- Seconds until pool $2's next item becomes claimable (<= 0: now; NULL: nothing is coming).
 SELECT least(
-    (SELECT min(available_at) FROM items WHERE pool = $2 AND state = 'pending'),
-    (SELECT min(lease_expires_at) FROM items WHERE pool = $2 AND state = 'claimed')
-) - now_s($1);
+    (SELECT min(available_at) FROM @hive.items WHERE pool = $2 AND state = 'pending'),
+    (SELECT min(lease_expires_at) FROM @hive.items WHERE pool = $2 AND state = 'claimed')
+) - @hive.now_s($1);
 
 -- now --
 -- The hive's clock.
-SELECT now_s($1);
+SELECT @hive.now_s($1);
 
 -- notify --
 -- Wake the waiters of pool $2 on channel $1.
@@ -236,8 +239,8 @@ SELECT pg_notify($1, $2);
 
 -- register_worker --
 -- Insert or replace worker $2's record: starting, registered and heartbeating now.
-INSERT INTO workers (worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail)
-VALUES ($2, $3, $4, $5, $6, 'starting', now_s($1), now_s($1), NULL)
+INSERT INTO @hive.workers (worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail)
+VALUES ($2, $3, $4, $5, $6, 'starting', @hive.now_s($1), @hive.now_s($1), NULL)
 ON CONFLICT (worker_id) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, pools = excluded.pools, capabilities = excluded.capabilities,
     status = excluded.status, registered_at = excluded.registered_at, last_heartbeat = excluded.last_heartbeat,
@@ -246,68 +249,68 @@ RETURNING worker_id, host, pid, pools, capabilities, status, registered_at, last
 
 -- worker_status_for_update --
 -- Worker $1's status, locked until the transaction ends (heartbeat, reap).
-SELECT status FROM workers WHERE worker_id = $1 FOR UPDATE;
+SELECT status FROM @hive.workers WHERE worker_id = $1 FOR UPDATE;
 
 -- heartbeat --
 -- Worker $2 is alive now.
-UPDATE workers SET last_heartbeat = now_s($1) WHERE worker_id = $2
+UPDATE @hive.workers SET last_heartbeat = @hive.now_s($1) WHERE worker_id = $2
 RETURNING worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail;
 
 -- extend_worker_leases --
 -- Every unexpired lease of worker $2, in every pool, runs for its own length again from now.
-UPDATE items SET lease_expires_at = now_s($1) + lease_seconds
-WHERE claimed_by = $2 AND state = 'claimed' AND lease_expires_at > now_s($1);
+UPDATE @hive.items SET lease_expires_at = @hive.now_s($1) + lease_seconds
+WHERE claimed_by = $2 AND state = 'claimed' AND lease_expires_at > @hive.now_s($1);
 
 -- set_worker_status --
 -- Worker $1 reports status $2 with detail $3.
-UPDATE workers SET status = $2, detail = $3 WHERE worker_id = $1 RETURNING worker_id;
+UPDATE @hive.workers SET status = $2, detail = $3 WHERE worker_id = $1 RETURNING worker_id;
 
 -- get_worker --
 -- Worker $1's record.
 SELECT worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail
-FROM workers WHERE worker_id = $1;
+FROM @hive.workers WHERE worker_id = $1;
 
 -- list_workers --
 -- Every worker (on host $1 when not NULL), oldest registration first.
 SELECT worker_id, host, pid, pools, capabilities, status, registered_at, last_heartbeat, detail
-FROM workers WHERE $1::text IS NULL OR host = $1 ORDER BY registered_at, worker_id;
+FROM @hive.workers WHERE $1::text IS NULL OR host = $1 ORDER BY registered_at, worker_id;
 
 -- silent_workers --
 -- Workers neither lost nor stopped whose last heartbeat is more than $2 s old, locked
 -- (SKIP LOCKED: a reaper running elsewhere takes the others).
-SELECT worker_id, last_heartbeat, now_s($1) AS now FROM workers
-WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < now_s($1) - $2
+SELECT worker_id, last_heartbeat, @hive.now_s($1) AS now FROM @hive.workers
+WHERE status NOT IN ('lost', 'stopped') AND last_heartbeat < @hive.now_s($1) - $2
 ORDER BY last_heartbeat, worker_id
 FOR UPDATE SKIP LOCKED;
 
 -- mark_lost --
 -- Worker $1 is lost, with detail $2.
-UPDATE workers SET status = 'lost', detail = $2 WHERE worker_id = $1;
+UPDATE @hive.workers SET status = 'lost', detail = $2 WHERE worker_id = $1;
 
 -- state_put --
 -- Set key $3 of namespace $2 to $4, expiring $5 s from now (NULL: never); the
 -- namespace's expired keys go at the same time.
 WITH swept AS (
-    DELETE FROM shared_state WHERE namespace = $2 AND expires_at <= now_s($1) AND key <> $3
+    DELETE FROM @hive.shared_state WHERE namespace = $2 AND expires_at <= @hive.now_s($1) AND key <> $3
 )
-INSERT INTO shared_state (namespace, key, value, expires_at)
-VALUES ($2, $3, $4, now_s($1) + $5)
+INSERT INTO @hive.shared_state (namespace, key, value, expires_at)
+VALUES ($2, $3, $4, @hive.now_s($1) + $5)
 ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at;
 
 -- state_get --
 -- Key $3 of namespace $2, unless expired.
-SELECT value FROM shared_state
-WHERE namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now_s($1));
+SELECT value FROM @hive.shared_state
+WHERE namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > @hive.now_s($1));
 
 -- state_scan --
 -- Every unexpired key of namespace $2, by key.
-SELECT key, value FROM shared_state
-WHERE namespace = $2 AND (expires_at IS NULL OR expires_at > now_s($1)) ORDER BY key;
+SELECT key, value FROM @hive.shared_state
+WHERE namespace = $2 AND (expires_at IS NULL OR expires_at > @hive.now_s($1)) ORDER BY key;
 
 -- state_delete --
 -- Delete key $3 of namespace $2; says whether it existed and had not expired.
-DELETE FROM shared_state WHERE namespace = $2 AND key = $3
-RETURNING expires_at IS NULL OR expires_at > now_s($1) AS live;
+DELETE FROM @hive.shared_state WHERE namespace = $2 AND key = $3
+RETURNING expires_at IS NULL OR expires_at > @hive.now_s($1) AS live;
 
 -- schema_exists --
 -- Whether schema $1 exists in this database.
@@ -320,8 +323,8 @@ WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY c.relna
 
 -- schema_owner_and_version --
 -- Who owns the schema (the meta row) and the highest migration applied.
-SELECT (SELECT value FROM meta WHERE key = 'owner') AS owner,
-       (SELECT coalesce(max(version), 0) FROM migrations) AS version;
+SELECT (SELECT value FROM @hive.meta WHERE key = 'owner') AS owner,
+       (SELECT coalesce(max(version), 0) FROM @hive.migrations) AS version;
 
 -- migration_lock --
 -- Serialise migrations of schema $1 across every process until commit.
@@ -329,21 +332,21 @@ SELECT pg_advisory_xact_lock(hashtextextended('workhive-migrate:' || $1, 0));
 
 -- record_migration --
 -- Migration $1 was applied.
-INSERT INTO migrations (version) VALUES ($1);
+INSERT INTO @hive.migrations (version) VALUES ($1);
 
 -- budget_rows --
 -- Make sure budget keys $1 (sorted, so two takes insert in one order) have rows
 -- to lock: a key never taken from gets one at -Infinity (as good as absent).
-INSERT INTO budgets (key, tat)
+INSERT INTO @hive.budgets (key, tat)
 SELECT key, '-Infinity'::float8 FROM unnest($1::text[]) AS key
 ON CONFLICT (key) DO NOTHING;
 
 -- budget_lock --
 -- Lock budget keys $1 for this transaction, in key order, and read their times.
-SELECT key, tat FROM budgets WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE;
+SELECT key, tat FROM @hive.budgets WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE;
 
 -- budget_store --
 -- Store the new theoretical arrival times $2 of budget keys $1.
-INSERT INTO budgets (key, tat)
+INSERT INTO @hive.budgets (key, tat)
 SELECT * FROM unnest($1::text[], $2::float8[])
 ON CONFLICT (key) DO UPDATE SET tat = excluded.tat;
