@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from workhive import tracing
 from workhive.credentials import Outcome
 from workhive.errors import InvalidArgument, WorkhiveError
 from workhive.models import WorkItem
@@ -152,7 +153,8 @@ class Keys:
             if reservation.wait <= 0:
                 return KeyUse(self, credential, reservation)
             self.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), credential.name)
-            await self._sleep(reservation.wait)
+            with tracing.budget_wait(credential.name, reservation.wait):
+                await self._sleep(reservation.wait)
             if self._stopping() or (credentials.usable(credential) and not budgets.superseded(reservation)):
                 return KeyUse(self, credential, reservation)
             # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
