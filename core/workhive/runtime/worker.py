@@ -701,6 +701,8 @@ class Worker:
             self.unsettled.append(settlement)
             raise
         self.storage_faults = 0
+        if state is not ItemState.POISONED:
+            self.rt.counts.retry()
         # The last error of each failing item goes to the supervisor's progress display.
         self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1, item.id, settlement.error[:300])
 
