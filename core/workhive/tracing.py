@@ -136,10 +136,12 @@ class _Push:
 
 
 _NO_PUSH = _Push(None)
+# What the hooks return while opentelemetry is not in use: reusable, and cheaper than a generator's context.
+_NO_PUSH_SPAN = contextlib.nullcontext(_NO_PUSH)
+_NOTHING: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def pushing(pool: str) -> Iterator[_Push]:
+def pushing(pool: str) -> contextlib.AbstractContextManager[_Push]:
     """The ``push POOL`` span, current for the block, so ``headers()`` inside it give its context.
 
     >>> with pushing("jobs") as span:  # doctest: +SKIP
@@ -148,8 +150,12 @@ def pushing(pool: str) -> Iterator[_Push]:
     """
     api = _otel()
     if api is None:
-        yield _NO_PUSH
-        return
+        return _NO_PUSH_SPAN
+    return _pushing(api, pool)
+
+
+@contextlib.contextmanager
+def _pushing(api: Any, pool: str) -> Iterator[_Push]:
     trace, _, tracer = api
     with tracer.start_as_current_span(
         f"push {pool}", kind=trace.SpanKind.PRODUCER, attributes=_base(pool), record_exception=False
@@ -231,8 +237,9 @@ def _set_outcome(span: Any, value: str, exc: BaseException | None) -> None:
             span.add_event("exception", {"exception.type": type(exc).__name__, "exception.message": text})
 
 
-@contextlib.contextmanager
-def handling(pool: str, item: WorkItem, worker_id: str, *, default: str = "not_run") -> Iterator[None]:
+def handling(
+    pool: str, item: WorkItem, worker_id: str, *, default: str = "not_run"
+) -> contextlib.AbstractContextManager[None]:
     """The ``handle POOL`` span around running one item, current for the block (the handler runs in it).
 
     Its outcome is what ``outcome()`` set inside the block, else the outcome of
@@ -242,8 +249,12 @@ def handling(pool: str, item: WorkItem, worker_id: str, *, default: str = "not_r
     parent = None if api is None else _parent(item)
     if api is None or (parent is None and not api[0].get_current_span().get_span_context().is_valid):
         # Nothing to continue: no tracing, or an item pushed without a trace in a context without one.
-        yield
-        return
+        return _NOTHING
+    return _handling(api, parent, pool, item, worker_id, default)
+
+
+@contextlib.contextmanager
+def _handling(api: Any, parent: Any, pool: str, item: WorkItem, worker_id: str, default: str) -> Iterator[None]:
     trace, _, tracer = api
     with tracer.start_as_current_span(
         f"handle {pool}",

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 import workhive
+import workhive.tracing
 
 
 def span_record(span: ReadableSpan) -> dict[str, Any]:
@@ -71,6 +72,8 @@ def handle(ctx: Any) -> dict[str, Any]:
     # application's spans is the application's business; workhive's spans are the ones checked.
     with tracer.start_as_current_span("handler work") as span:
         span.set_attribute("item.n", ctx.data["n"])
+    with workhive.tracing.step("fetch"):  # the hook a durable step (ctx.step) runs its function in
+        pass
     kind = ctx.data["kind"]
     if kind == "flaky" and ctx.attempt == 1:
         raise RuntimeError(f"first attempt fails (key {os.environ.get('TRACE_TEST_KEY_1', '')})")
