@@ -133,7 +133,7 @@ async function showItem(pool, id) {
     const dl = document.createElement("dl");
     dl.id = "item";
     for (const key of ["state", "attempts", "max_attempts", "token", "priority", "claimed_by", "dedup_key",
-                       "releases", "error", "data", "result"]) {
+                       "releases", "error", "data", "result", "trace"]) {
       const dt = document.createElement("dt");
       dt.textContent = key;
       const dd = document.createElement("dd");
