@@ -8,13 +8,20 @@ most every ``PUBLISH_SECONDS`` (from the heartbeat loop) and once as the
 process stops; a reader sums them over processes and takes differences over
 time. Never a secret: keys are named, and the namespace holds numbers.
 
+Writing never holds up the work: ``publish_soon`` starts the write as a task
+of its own (a heartbeat or a settlement waits for no chart), and the last one,
+as the process stops, is bounded by ``CLOSE_SECONDS``.
+
 >>> counts = SharedCounts(hive, "jobs")  # doctest: +SKIP
 >>> counts.call("OPENAI_API_KEY", rate_limited=False, rpm=500.0)
->>> await counts.publish()  # doctest: +SKIP
+>>> counts.publish_soon()  # doctest: +SKIP
+>>> await counts.close()  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -34,6 +41,8 @@ COUNTS_NAMESPACE = "workhive-counts"
 #: a process's counts are kept this long after its last write (the dashboard charts an hour)
 COUNTS_TTL = 2 * 3600.0
 PUBLISH_SECONDS = 1.0
+#: the last write, as the process stops, waits at most this long for storage
+CLOSE_SECONDS = 2.0
 
 
 class SharedCounts:
@@ -47,6 +56,7 @@ class SharedCounts:
         self.credentials: dict[str, dict[str, Any]] = {}
         self._dirty = False
         self._published_at = -float("inf")
+        self._writing: asyncio.Task[None] | None = None
 
     def retry(self) -> None:
         """A failure put back for a retry."""
@@ -60,6 +70,21 @@ class SharedCounts:
         entry["rate_limited"] += 1 if rate_limited else 0
         entry["rpm"] = None if rpm is None else round(rpm, 3)
         self._dirty = True
+
+    def publish_soon(self) -> None:
+        """Start writing the counts in a task of their own, if they changed and are due (none in flight)."""
+        if not self._dirty or (self._writing is not None and not self._writing.done()):
+            return
+        if time.monotonic() - self._published_at < PUBLISH_SECONDS:
+            return
+        self._writing = asyncio.get_running_loop().create_task(self.publish())
+
+    async def close(self) -> None:
+        """The last write as the process stops, bounded by ``CLOSE_SECONDS`` (a dead store costs no more)."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            if self._writing is not None and not self._writing.done():
+                await asyncio.wait_for(asyncio.shield(self._writing), CLOSE_SECONDS)
+            await asyncio.wait_for(self.publish(force=True), CLOSE_SECONDS)
 
     async def publish(self, *, force: bool = False) -> None:
         """Write the counts if they changed (at most every ``PUBLISH_SECONDS`` unless ``force``); never raises."""

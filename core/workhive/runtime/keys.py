@@ -197,7 +197,7 @@ class Keys:
             log.warning("reporting %s for credential %s failed: %s", outcome.name, credential.name, exc)
         if self.counts is not None:
             self.counts.call(credential.name, rate_limited=outcome is Outcome.RATE_LIMITED, rpm=self._rpm(credential))
-            await self.counts.publish()  # at most once a second; the heartbeat publishes too
+            self.counts.publish_soon()  # in a task of its own, at most once a second; the heartbeat's too
         if self._metrics is not None:
             state = next((c for c in self.credentials.snapshot() if c.name == credential.name), None)
             self._metrics.observe_credential(

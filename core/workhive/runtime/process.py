@@ -233,7 +233,7 @@ class ProcessRuntime:
         interval = self.options.heartbeat
         while True:
             await asyncio.sleep(interval)
-            await self.counts.publish()
+            self.counts.publish_soon()
             for worker in list(self.workers):
                 # A beat renews every lease the worker holds: never for one that deregistered (or
                 # tried to), was reaped, or gave up on claims storage would not settle.
@@ -306,7 +306,7 @@ class ProcessRuntime:
                 watcher.cancel()
             await self._deregister_all()
             heartbeat.cancel()
-            await self.counts.publish(force=True)
+            await self.counts.close()
             self.executor.shutdown(wait=False, cancel_futures=True)
         return self.exit.code
 
