@@ -85,6 +85,15 @@ def _otel() -> Any:
     return _api
 
 
+def _recording(trace: Any) -> bool:
+    """Whether a tracer provider was configured: without one every span is a no-op, so none is started.
+
+    (The caller's context is still carried by ``headers`` and continued by ``handling``, for
+    services that only pass a trace through.)
+    """
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def _base(pool: str) -> dict[str, Any]:
     return {"messaging.system": "workhive", "messaging.destination.name": pool, "workhive.pool": pool}
 
@@ -149,7 +158,7 @@ def pushing(pool: str) -> contextlib.AbstractContextManager[_Push]:
     ...     span.pushed(ids)
     """
     api = _otel()
-    if api is None:
+    if api is None or not _recording(api[0]):
         return _NO_PUSH_SPAN
     return _pushing(api, pool)
 
@@ -181,7 +190,7 @@ def claimed(pool: str, items: Sequence[WorkItem], worker_id: str) -> None:
     if not items or "opentelemetry.trace" not in sys.modules:
         return
     api = _otel()
-    if api is None:
+    if api is None or not _recording(api[0]):
         return
     trace, _, tracer = api
     now = time.time_ns()

@@ -210,3 +210,39 @@ def test_a_fleet_without_opentelemetry_in_use_never_imports_it(tmp_path: Path) -
     assert seen["done"] == 5 and len(seen["results"]) == 5
     assert seen["here"] == [], "the pushing and supervising process imported opentelemetry"
     assert all(r["otel"] == [] for r in seen["results"]), "a worker process imported opentelemetry"
+
+
+API_ONLY = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+import workhive
+
+# No SDK: the application only passes traces through (a context it received, here made by hand).
+received = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True,
+                       trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+async def main():
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        alone = await pool.get(await pool.push({"n": 1}))
+        with trace.use_span(NonRecordingSpan(received)):
+            passed = await pool.get(await pool.push({"n": 2}))
+        return {"alone": alone.payload, "passed": passed.payload, "data": passed.data}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_without_a_configured_provider_nothing_is_recorded_and_a_received_trace_is_passed_on(tmp_path: Path) -> None:
+    script = tmp_path / "api_only.py"
+    script.write_text(textwrap.dedent(API_ONLY))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, env=fleet_env()
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["alone"] == '{"n":1}', "an item pushed outside any trace is stored as it always was"
+    carried = '{"$workhive":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-'
+    assert seen["passed"].startswith(carried), "the received context goes on with the item, unchanged"
+    assert seen["data"] == {"n": 2}
