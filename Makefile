@@ -34,7 +34,7 @@ lint: $(STAMP)
 
 # The peers each bench compares against are installed for the benches only.
 bench: $(STAMP)
-	@$(BIN)/pip install huey 'flatmachines==4.2.1' filelock pgqueuer procrastinate aiolimiter bullmq arq rq playwright prometheus-client -e integrations/flatmachines >> $(VENV)/install.log 2>&1 \
+	@$(BIN)/pip install huey 'flatmachines==4.2.1' filelock pgqueuer procrastinate aiolimiter bullmq arq rq playwright prometheus-client opentelemetry-sdk -e integrations/flatmachines >> $(VENV)/install.log 2>&1 \
 		|| { tail -40 $(VENV)/install.log; exit 1; }
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
