@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PLUGINS := plugins/memory plugins/sqlite plugins/fcntl-locks plugins/env-credentials plugins/postgres plugins/redis plugins/dashboard
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean dashboard-assets
 
 # tox looks for python3.X on PATH. pyenv's shims run only the selected
 # version, so hand tox every installed pyenv interpreter it may need.
@@ -37,6 +37,11 @@ bench: $(STAMP)
 	@$(BIN)/pip install -r bench/requirements.txt -e integrations/flatmachines >> $(VENV)/install.log 2>&1 \
 		|| { tail -40 $(VENV)/install.log; exit 1; }
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The dashboard's chart library, from the npm registry at the version package-lock.json pins, copied
+# into its static directory (the copies are committed, so installing the dashboard needs no Node).
+dashboard-assets:
+	cd plugins/dashboard/assets && npm ci --no-audit --no-fund && npm run build
 
 clean:
 	rm -rf $(VENV) .tox .workhive

@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from workhive.envelope import unseal
+
 __all__ = [
     "Ack",
     "ItemState",
@@ -144,7 +146,7 @@ class WorkItem:
     @cached_property
     def data(self) -> Any:
         """The pushed data, decoded from JSON."""
-        return json.loads(self.payload)
+        return unseal(self.payload)  # without its envelope (workhive.envelope), if it has one
 
     @cached_property
     def result(self) -> Any:

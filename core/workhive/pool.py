@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from workhive import envelope, tracing
 from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
 from workhive.ids import parse_receipt
 from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, WorkItem
@@ -142,7 +143,7 @@ class Pool:
         attempts = self._hive.max_attempts if max_attempts is None else check_count("max_attempts", max_attempts)
         if dedup_key is not None:
             check_dedup_key(dedup_key)
-        return NewItem(payload, priority, float(delay), attempts, dedup_key)
+        return NewItem(envelope.seal(payload, tracing.headers()), priority, float(delay), attempts, dedup_key)
 
     async def push(
         self,
@@ -158,8 +159,11 @@ class Pool:
         ``priority``: higher is claimed first (>= 0). ``delay``: seconds before it
         may be claimed. ``max_attempts``: claims before it is poisoned.
         """
-        item = self._new_item(data, priority, delay, max_attempts, dedup_key)
-        return (await self._backend.push(self.name, (item,)))[0]
+        with tracing.pushing(self.name) as span:  # the item carries this span's context
+            item = self._new_item(data, priority, delay, max_attempts, dedup_key)
+            ids = await self._backend.push(self.name, (item,))
+            span.pushed(ids)
+        return ids[0]
 
     async def push_many(self, items: Iterable[Any]) -> list[str]:
         """Add many items in one backend call; each is plain data or a ``Job`` with its options.
@@ -177,15 +181,19 @@ class Pool:
             ) from None
         # Plain data takes the defaults, so skip the option checks it cannot fail.
         attempts = self._hive.max_attempts
-        new = [
-            self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key)
-            if isinstance(i, Job)
-            else NewItem(to_json(i), 0, 0.0, attempts, None)
-            for i in items
-        ]
-        if not new:
-            return []
-        return await self._backend.push(self.name, new)
+        with tracing.pushing(self.name) as span:  # every item carries this span's context
+            carried = tracing.headers()
+            new = [
+                self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key)
+                if isinstance(i, Job)
+                else NewItem(envelope.seal(to_json(i), carried), 0, 0.0, attempts, None)
+                for i in items
+            ]
+            if not new:
+                return []
+            ids = await self._backend.push(self.name, new)
+            span.pushed(ids)
+        return ids
 
     # -- consuming ----------------------------------------------------------
     async def claim(self, worker_id: str | None = None, *, lease: float | None = None) -> WorkItem | None:
@@ -196,6 +204,7 @@ class Pool:
         items = await self._backend.claim(self.name, wid, 1, lease_s)
         if not items:
             return None
+        tracing.claimed(self.name, items, wid)
         if self._ev_claimed:
             self._hive.manager.hook.workhive_item_claimed(pool=self.name, item=items[0], worker_id=wid)
         return items[0]
@@ -207,6 +216,7 @@ class Pool:
         lease_s = self._hive.lease if lease is None else check_positive("lease", lease)
         wid = self._hive.anonymous_worker_id if worker_id is None else worker_id
         items = await self._backend.claim(self.name, wid, n, lease_s)
+        tracing.claimed(self.name, items, wid)
         if self._ev_claimed and items:
             hook = self._hive.manager.hook.workhive_item_claimed
             for item in items:
@@ -270,6 +280,7 @@ class Pool:
             items = await self._backend.claim(self.name, wid, 1, lease_s)
         if not items:
             return None
+        tracing.claimed(self.name, items, wid)
         if self._ev_claimed:
             self._hive.manager.hook.workhive_item_claimed(pool=self.name, item=items[0], worker_id=wid)
         return items[0]

@@ -13,6 +13,7 @@ False
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import inspect
 import sys
@@ -41,7 +42,8 @@ class Handler:
         if self.is_async:
             return await self.function(context)
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(executor, partial(self.function, context))
+        # In the caller's contextvars: the handler's own spans are children of the item's (workhive.tracing).
+        result = await loop.run_in_executor(executor, partial(contextvars.copy_context().run, self.function, context))
         if inspect.isawaitable(result):  # a plain function that returned a coroutine: await it here
             result = await result
         return result

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from workhive import tracing
 from workhive.credentials import Outcome
 from workhive.errors import InvalidArgument, WorkhiveError
 from workhive.models import WorkItem
@@ -30,6 +31,7 @@ from workhive.runtime.options import FleetOptions
 if TYPE_CHECKING:
     from workhive.budgets import FleetBudgets, Reservation
     from workhive.credentials import Credential, CredentialPool
+    from workhive.runtime.counts import SharedCounts
 
 __all__ = ["KeyUse", "Keys", "Outcome"]
 
@@ -110,6 +112,7 @@ class Keys:
         self._sleep = sleep
         self._stopping = stopping
         self._metrics = metrics  # workhive.metrics with --metrics-port, else None
+        self.counts: SharedCounts | None = None  # the process's counts for the dashboard (runtime.counts)
         self.no_key = KeyUse(self)  # what outcomes are reported to when an item ran without a key
         # Waiting for budget is part of acquiring a key: let it take as long as the budget wait.
         self.timeout = max(ACQUIRE_TIMEOUT, options.budget_wait) if budgets is not None else ACQUIRE_TIMEOUT
@@ -152,7 +155,8 @@ class Keys:
             if reservation.wait <= 0:
                 return KeyUse(self, credential, reservation)
             self.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), credential.name)
-            await self._sleep(reservation.wait)
+            with tracing.budget_wait(credential.name, reservation.wait):
+                await self._sleep(reservation.wait)
             if self._stopping() or (credentials.usable(credential) and not budgets.superseded(reservation)):
                 return KeyUse(self, credential, reservation)
             # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
@@ -191,11 +195,23 @@ class Keys:
             await self.credentials.report(credential, outcome, retry_after=retry_after, reason=reason)
         except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
             log.warning("reporting %s for credential %s failed: %s", outcome.name, credential.name, exc)
+        if self.counts is not None:
+            self.counts.call(credential.name, rate_limited=outcome is Outcome.RATE_LIMITED, rpm=self._rpm(credential))
+            self.counts.publish_soon()  # in a task of its own, at most once a second; the heartbeat's too
         if self._metrics is not None:
             state = next((c for c in self.credentials.snapshot() if c.name == credential.name), None)
             self._metrics.observe_credential(
                 credential.name, outcome.value, state.state if state else "available", state.until if state else None
             )
+
+    def _rpm(self, credential: Credential) -> float | None:
+        """The key's rate per minute now: the one its budget paces to, or its known limit; None if neither."""
+        if self.budgets is not None:
+            rps = self.budgets.rates().get(credential.name)
+            if rps is not None:
+                return rps * 60.0
+        budget = getattr(credential, "budget", None)
+        return getattr(budget, "rpm", None)
 
     async def budget_feedback(self, call: Awaitable[None]) -> None:
         """Tell the budgets how a call went; a storage hiccup here never costs the item."""

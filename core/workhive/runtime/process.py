@@ -34,6 +34,7 @@ from workhive.errors import (
 )
 from workhive.hive import Hive
 from workhive.runtime import events as ev
+from workhive.runtime.counts import SharedCounts
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, Suspects
@@ -152,6 +153,7 @@ class ProcessRuntime:
         self.suspects = Suspects(hive.shared(SUSPECTS), self.pool.name)
         # workhive.metrics when this fleet serves --metrics-port, else None (prometheus-client never imported)
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
+        self.counts = SharedCounts(hive, self.pool.name)  # for the dashboard's charts
         self.keys = self._keys()  # without keys until run() reads --credentials
 
     # -- state shared with workers -----------------------------------------
@@ -207,7 +209,7 @@ class ProcessRuntime:
 
     # -- lifecycle ----------------------------------------------------------
     def _keys(self) -> Keys:
-        return Keys(
+        keys = Keys(
             self.credentials,
             self.budgets,
             handler=self.handler,
@@ -217,6 +219,8 @@ class ProcessRuntime:
             stopping=lambda: self.stopping,
             metrics=self.metrics,
         )
+        keys.counts = self.counts
+        return keys
 
     async def _setup_credentials(self) -> None:
         if not self.options.credentials:
@@ -229,6 +233,7 @@ class ProcessRuntime:
         interval = self.options.heartbeat
         while True:
             await asyncio.sleep(interval)
+            self.counts.publish_soon()
             for worker in list(self.workers):
                 # A beat renews every lease the worker holds: never for one that deregistered (or
                 # tried to), was reaped, or gave up on claims storage would not settle.
@@ -301,6 +306,7 @@ class ProcessRuntime:
                 watcher.cancel()
             await self._deregister_all()
             heartbeat.cancel()
+            await self.counts.close()
             self.executor.shutdown(wait=False, cancel_futures=True)
         return self.exit.code
 

@@ -19,6 +19,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from workhive import tracing
 from workhive.errors import (
     AuthFailed,
     InvalidArgument,
@@ -450,7 +451,8 @@ class Worker:
             # items running then are in question; the rest of the batch is refunded.
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
             self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if alone else 0)
-            await self._run_claimed(item)
+            with tracing.handling(self.rt.pool.name, item, self.worker_id):  # the item's trace goes on here
+                await self._run_claimed(item)
 
     async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
@@ -498,6 +500,7 @@ class Worker:
 
     def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
         rt = self.rt
+        tracing.credential(credential)
         return HandlerContext(
             item=item,
             pool=rt.pool,
@@ -513,6 +516,7 @@ class Worker:
         ``key``: the key the call was made with, told the outcome (None: the fleet has no keys).
         """
         key = key if key is not None else self.rt.keys.no_key
+        tracing.outcome(exc)
         if isinstance(exc, RateLimited):
             await self._rate_limited(item, key, exc)
         elif isinstance(exc, AuthFailed):
@@ -589,6 +593,7 @@ class Worker:
         the other items in flight finish or go back unspent, and the supervisor
         starts a replacement.
         """
+        tracing.outcome(exc)
         detail = str(exc)
         text = f"its worker process exited with {type(exc).__name__}" + (f": {detail}" if detail else "")
         self.rt.handler_ended_process(f"the handler raised {type(exc).__name__} on item {item.id}")
@@ -610,7 +615,8 @@ class Worker:
             rt.emit(ev.START, self.worker_id, item.id, item.token, 0)
             started = time.perf_counter()
             try:
-                result = function(self._context(item))
+                with tracing.handling(rt.pool.name, item, self.worker_id, default="ok"):
+                    result = function(self._context(item))
             except BaseException as exc:
                 ran.append((item, None, exc, time.perf_counter() - started))
                 break
@@ -695,6 +701,8 @@ class Worker:
             self.unsettled.append(settlement)
             raise
         self.storage_faults = 0
+        if state is not ItemState.POISONED:
+            self.rt.counts.retry()
         # The last error of each failing item goes to the supervisor's progress display.
         self.rt.emit(ev.POISONED if state is ItemState.POISONED else ev.FAILED, 1, item.id, settlement.error[:300])
 

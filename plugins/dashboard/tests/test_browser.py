@@ -254,3 +254,98 @@ def test_another_local_origin_cannot_frame_the_dashboard(
     assert server.url in requested, "the frame did ask the dashboard for its page"
     assert frame_url != server.url, "the frame holds the dashboard's document"
     assert not [u for u in requested if u.startswith(server.url + "static/") or "/api/" in u], requested
+
+
+CHART_TASKS = """
+import time
+import workhive
+
+def handle(ctx):
+    time.sleep(0.02)  # a little work, so the fleet runs across several of the dashboard's samples
+    n = ctx.data["n"]
+    if n % 7 == 0 and ctx.attempt == 1:
+        raise RuntimeError("every seventh item fails its first attempt")
+    if n % 11 == 0 and ctx.item.releases == 0:
+        raise workhive.RateLimited(retry_after=0.001)
+    return {"n": n}
+"""
+
+# What a chart plots, read from the page (uPlot's data arrays), never from pixels.
+READ_CHART = "(id) => { const c = window.workhiveCharts && window.workhiveCharts[id]; return c ? c.data : null; }"
+
+
+def chart(page: Any, chart_id: str) -> list[list[float | None]]:
+    return page.evaluate(READ_CHART, chart_id) or []
+
+
+def values(data: list[list[float | None]], series: int = 1) -> list[float]:
+    return [v for v in (data[series] if len(data) > series else []) if v is not None]
+
+
+def test_the_charts_move_while_a_fleet_runs(browser: Any, hive_url: str, tmp_path: Path) -> None:
+    """A real fleet (`workhive work` with a budgeted key) runs while the page is open: every chart's series moves."""
+    import subprocess
+    import sys
+
+    from .conftest import run
+
+    pytest.importorskip("workhive_env_credentials", reason="the fleet's key comes from workhive-env-credentials")
+    items = 150
+
+    async def push() -> None:
+        import workhive
+
+        async with workhive.open(hive_url) as hive:
+            await hive.pool("jobs").push_many([{"n": n} for n in range(items)])
+
+    run(push)
+    (tmp_path / "chart_tasks.py").write_text(CHART_TASKS)
+    with Server(DashboardSettings(storage=hive_url, refresh=0.5)) as server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(WAIT_MS)
+        problems = watch(page)
+        page.goto(server.url)
+        # A sample of the full pool is charted before the fleet starts, so the depth is seen to fall.
+        page.wait_for_function(
+            f"() => {{ const c = window.workhiveCharts && window.workhiveCharts['chart-depth'];"
+            f" return !!c && c.data[1].includes({items}); }}"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+        env.update(CHART_KEY_1="sk-chart-test-0123456789", PYTHONPATH=str(tmp_path))
+        fleet = subprocess.Popen(
+            [sys.executable, "-m", "workhive", "--storage", hive_url, "work", "jobs", "--handler",
+             "chart_tasks:handle", "--processes", "1", "--concurrency", "2", "--backoff", "none",
+             "--credentials", "env:CHART_KEY?rpm=3000", "--until-empty", "--progress", "none"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _, err = fleet.communicate(timeout=300)
+        finally:
+            if fleet.poll() is None:
+                fleet.kill()
+                fleet.wait()
+        assert fleet.returncode == 0, err
+        # The drained pool is sampled too: the depth reaches 0, and the rates show what the fleet did.
+        page.wait_for_function(
+            "() => { const c = window.workhiveCharts && window.workhiveCharts['chart-depth'];"
+            " return !!c && c.data[1][c.data[1].length - 1] === 0; }"
+        )
+        page.wait_for_function(
+            "() => { const c = window.workhiveCharts && window.workhiveCharts['chart-calls'];"
+            " return !!c && c.data[1].some((v) => v > 0); }"
+        )
+        depth, done, failed = chart(page, "chart-depth"), chart(page, "chart-done"), chart(page, "chart-failed")
+        calls, limited, budget = chart(page, "chart-calls"), chart(page, "chart-429"), chart(page, "chart-budget")
+        shot = artifacts(tmp_path) / "dashboard-charts.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        assert items in values(depth) and values(depth)[-1] == 0, depth
+        assert max(values(done)) > 0 and max(values(failed)) > 0, (done, failed)
+        assert max(values(calls)) > 0 and max(values(limited)) > 0, (calls, limited)
+        assert max(values(budget)) > 0, budget  # calls per minute against the key's 3000 rpm
+        # Per pool: choosing the pool redraws the charts with its own series (the hive's only pool here).
+        page.select_option("#chart-scope", "jobs")
+        page.wait_for_function("() => window.workhiveCharts['chart-done'].series[1].label === 'jobs'")
+        assert max(values(chart(page, "chart-done"))) > 0
+        assert problems == [] and violations(page) == [], (problems, violations(page))
+    assert shot.stat().st_size > 10_000

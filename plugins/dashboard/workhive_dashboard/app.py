@@ -1,6 +1,7 @@
 """The dashboard's web application: one HTML page, a JSON API, and two actions.
 
 ``GET /`` the page; ``GET /api/overview`` pools, workers, credentials;
+``GET /api/history`` the charts' series over the last hour (``history``);
 ``GET /api/pools/{pool}/dead`` poisoned items; ``GET /api/pools/{pool}/items/{id}``
 one item; ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
 the actions (CSRF-protected, see ``security``). Every error is JSON with a
@@ -12,6 +13,7 @@ the headers of ``headers`` (CSP, no framing).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import json
@@ -31,6 +33,7 @@ from workhive.models import ItemState
 from workhive.plugin_manager import PluginManager
 from workhive.urls import redact_url
 from workhive_dashboard.headers import SecurityHeaders
+from workhive_dashboard.history import History
 from workhive_dashboard.holder import HiveHolder
 from workhive_dashboard.security import COOKIE, check_action, check_read, is_the_token
 from workhive_dashboard.settings import DashboardSettings
@@ -38,7 +41,8 @@ from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, ov
 
 __all__ = ["create_app"]
 
-_STATIC = ("dashboard.js", "dashboard.css")
+# uplot.min.*: the chart library, copied from its npm package by plugins/dashboard/assets (npm run build).
+_STATIC = ("dashboard.js", "dashboard.css", "uplot.min.js", "uplot.min.css")
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -64,6 +68,7 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
     """
     holder = HiveHolder(settings, manager)
     rates = RateTracker()
+    history = History()
     shown_url = redact_url(settings.storage)
     page = resources.files("workhive_dashboard").joinpath("static/index.html").read_text()
     static = {name: resources.files("workhive_dashboard").joinpath(f"static/{name}").read_bytes() for name in _STATIC}
@@ -134,6 +139,9 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
 
         return await with_hive(request, work)
 
+    async def api_history(request: Request) -> Response:
+        return await with_hive(request, lambda hive: _series(history))
+
     def _count(request: Request, name: str, default: int, maximum: int) -> int:
         raw = request.query_params.get(name, str(default))
         if not raw.isdigit() or int(raw) > maximum:
@@ -202,17 +210,33 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
 
         return await act(request, work)
 
+    async def sampler() -> None:
+        # The charts' samples are taken whether or not a page is open, so they hold the last hour.
+        while True:
+            try:
+                await history.sample(await holder.get())
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # no hive yet, or storage away: the page says why (overview); a gap in the charts
+                pass
+            await asyncio.sleep(settings.sample_interval)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(sampler())
         try:
             yield
         finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
             await holder.drop()
 
     routes = [
         Route("/", index),
         Route("/static/{name:str}", asset),
         Route("/api/overview", api_overview),
+        Route("/api/history", api_history),
         Route("/api/pools/{pool:str}/dead", api_dead),
         Route("/api/pools/{pool:str}/items/{item_id:str}", api_item),
         Route("/api/pools/{pool:str}/requeue", api_requeue, methods=["POST"]),
@@ -220,7 +244,12 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
     ]
     app = _DashboardApp(routes=routes, lifespan=lifespan)
     app.state.settings = settings
+    app.state.history = history
     return app
+
+
+async def _series(history: History) -> dict[str, Any]:
+    return history.series()
 
 
 class _Conflict(JSONResponse):

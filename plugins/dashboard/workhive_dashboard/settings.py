@@ -55,6 +55,11 @@ class DashboardSettings:
     locks: str | None = None
     csrf: str = attrs.field(factory=lambda: secrets.token_urlsafe(24), repr=False)
 
+    @property
+    def sample_interval(self) -> float:
+        """Seconds between the charts' samples: the page's refresh, at least one second."""
+        return max(1.0, self.refresh)
+
     def __attrs_post_init__(self) -> None:
         if self.token is not None and len(self.token) < 16:
             raise ConfigError("a dashboard token must be at least 16 characters; use a random one")

@@ -14,6 +14,7 @@ import attrs
 
 from workhive.budgets import learned_rates
 from workhive.credentials import DEFAULT_NAMESPACE
+from workhive.envelope import data_text, headers
 from workhive.errors import ItemNotFound, PoolNotFound
 from workhive.hive import Hive
 from workhive.models import WorkerRecord, WorkerStatus, WorkItem
@@ -148,7 +149,8 @@ def _item(item: WorkItem, now: float) -> dict[str, Any]:
         "releases": item.releases,
         "dedup_key": item.dedup_key,
         "error": item.error,
-        "data": item.payload,
+        "data": data_text(item.payload),  # as pushed, without the envelope
+        "trace": headers(item.payload).get("traceparent"),  # the W3C trace it was pushed in, to look it up
         "result": item.result_payload,
     }
 

@@ -133,7 +133,7 @@ async function showItem(pool, id) {
     const dl = document.createElement("dl");
     dl.id = "item";
     for (const key of ["state", "attempts", "max_attempts", "token", "priority", "claimed_by", "dedup_key",
-                       "releases", "error", "data", "result"]) {
+                       "releases", "error", "data", "result", "trace"]) {
       const dt = document.createElement("dt");
       dt.textContent = key;
       const dd = document.createElement("dd");
@@ -174,6 +174,7 @@ function selectPool(pool) {
 async function tick() {
   try {
     renderOverview(await api("/api/overview"));
+    await refreshCharts();
     await refreshDead();
     banner("");
   } catch (e) {
@@ -181,6 +182,73 @@ async function tick() {
   }
 }
 
+// -- charts (uPlot, served from /static/uplot.min.js) -------------------------------------------
+// Each chart is one uPlot instance: x is the sample time, one series per line. Kept in
+// window.workhiveCharts by element id, so a test can read what is plotted (chart.data).
+const charts = {};
+window.workhiveCharts = charts;
+const PALETTE = ["#1f6feb", "#cf222e", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7d8c", "#57606a"];
+const POOL_CHARTS = { "chart-done": "done_per_s", "chart-failed": "failed_per_s", "chart-depth": "depth",
+                      "chart-oldest": "oldest_pending_age" };
+const KEY_CHARTS = { "chart-calls": "calls_per_s", "chart-429": "rate_limited_per_s", "chart-budget": "budget_use" };
+
+function plot(id, labels, columns) {
+  const el = $(id);
+  const existing = charts[id];
+  const same = existing && existing.series.length === labels.length + 1 &&
+    labels.every((label, i) => existing.series[i + 1].label === label);
+  const data = [columns.t, ...columns.values];
+  if (same) { existing.setData(data); return; }
+  if (existing) existing.destroy();
+  const width = Math.max(260, el.clientWidth || 300);
+  charts[id] = new uPlot({
+    width, height: 160,
+    legend: { show: labels.length > 1 },
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: true } },
+    axes: [{ size: 30 }, { size: 50 }],
+    series: [{}, ...labels.map((label, i) => ({ label, stroke: PALETTE[i % PALETTE.length], width: 1.5,
+                                                 spanGaps: false, points: { show: false } }))],
+  }, data, el);
+}
+
+function renderHistory(h) {
+  const scope = $("chart-scope");
+  const pools = Object.keys(h.pools);
+  const offered = Array.from(scope.options).slice(1).map((o) => o.value);
+  if (offered.join("\n") !== pools.join("\n")) {
+    const chosen = scope.value;
+    while (scope.options.length > 1) scope.remove(1);
+    for (const name of pools) {
+      const option = document.createElement("option");
+      option.value = name;
+      option.textContent = "pool " + name;
+      scope.append(option);
+    }
+    scope.value = pools.includes(chosen) ? chosen : "";
+  }
+  const shown = scope.value ? h.pools[scope.value] : h.hive;
+  const label = scope.value || "hive";
+  for (const [id, key] of Object.entries(POOL_CHARTS)) {
+    if (shown) plot(id, [label], { t: h.t, values: [shown[key]] });
+  }
+  const keys = Object.keys(h.credentials);
+  $("no-key-charts").hidden = keys.length > 0;
+  $("key-charts").hidden = keys.length === 0;
+  if (keys.length) {
+    for (const [id, key] of Object.entries(KEY_CHARTS)) {
+      plot(id, keys, { t: h.t, values: keys.map((k) => h.credentials[k][key]) });
+    }
+  }
+}
+
+let lastHistory = null;
+async function refreshCharts() {
+  lastHistory = await api("/api/history");
+  renderHistory(lastHistory);
+}
+
+$("chart-scope").addEventListener("change", () => { if (lastHistory) renderHistory(lastHistory); });
 $("purge").addEventListener("click", purge);
 tick();
 setInterval(tick, REFRESH_MS);
