@@ -80,6 +80,8 @@ REAPER_LOCK = "workhive:reaper"
 #: how often the supervisor fires the hive's due schedules (workhive.schedules); every
 #: supervisor does, and the storage pushes each tick once however many do
 SCHEDULES_EVERY = 1.0
+#: each ended call weighs the observed call time down by this factor: recent calls count most
+CALL_DECAY = 0.95
 
 
 @attrs.define(eq=False)
@@ -217,6 +219,7 @@ class Supervisor:
         #: seconds a call takes (a moving average over ended calls), None until one ended
         self.call_seconds: float | None = None
         self._started_at: dict[str, float] = {}  # item id -> when its call started (for call_seconds)
+        self._busy = self._waited = self._calls = self._waits_since = 0.0  # see _timed
         self._wakeup = asyncio.Event()
         self._env = _child_env()
 
@@ -372,6 +375,8 @@ class Supervisor:
             child.fatal = (int(event[1]), str(event[2]))
             if len(event) > 3 and event[3] == ev.STORAGE_FAULT:
                 self.storage_failing = True
+        elif kind == ev.BUDGET_WAIT:
+            self._waits_since += float(event[1])
         elif kind == ev.EXIT:
             child.exited = (int(event[1]), str(event[2]), int(event[3]) if len(event) > 3 else 0)
         elif kind == ev.DONE:
@@ -648,13 +653,21 @@ class Supervisor:
             self._signal_children(signal.SIGTERM, [victim])
 
     def _timed(self, item_id: str) -> None:
-        """A call ended: fold how long it ran (from its START event) into ``call_seconds``."""
+        """A call ended: fold how long it worked (from its START event, less budget waits) into ``call_seconds``.
+
+        Time spent waiting for the keys' budget is not work: counted in, more workers would wait
+        longer, look slower and raise the bound that let them in. Waits are reported per call
+        (BUDGET_WAIT) without the item, so they are taken off in aggregate: the decayed sum of
+        time from start to end, less the decayed sum of budget waits, over the decayed count.
+        """
         started = self._started_at.pop(item_id, None)
         if started is None:
             return
-        took = time.monotonic() - started
-        # A moving average: recent calls count most, one slow call does not swing the bound.
-        self.call_seconds = took if self.call_seconds is None else 0.8 * self.call_seconds + 0.2 * took
+        self._busy = CALL_DECAY * self._busy + (time.monotonic() - started)
+        self._waited = CALL_DECAY * self._waited + self._waits_since
+        self._calls = CALL_DECAY * self._calls + 1.0
+        self._waits_since = 0.0
+        self.call_seconds = max(0.0, self._busy - self._waited) / self._calls
 
     def _progress(self, final: bool = False) -> None:
         """Report progress. Done/poisoned/left come from one storage snapshot, so they add up."""
