@@ -606,8 +606,8 @@ class Supervisor:
 
         Bounded like the reaper: a store that stops answering must not freeze the loop.
         """
-        if not isinstance(self.hive.storage, StoresSchedules):
-            return
+        if self.storage_failing or not isinstance(self.hive.storage, StoresSchedules):
+            return  # while the counts cannot be read, the loop's time goes to riding that out
         try:
             fired = await asyncio.wait_for(self.hive.schedules().fire_due(), self.window + 10.0)
         except asyncio.TimeoutError:
