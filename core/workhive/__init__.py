@@ -52,6 +52,8 @@ from workhive.errors import (
     PluginValidationError,
     PoolNotFound,
     RateLimited,
+    ScheduleExists,
+    ScheduleNotFound,
     SchemaVersionError,
     StorageCorrupt,
     StorageError,
@@ -79,6 +81,7 @@ from workhive.models import (
 from workhive.plugin_manager import PluginInfo, PluginManager
 from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
 from workhive.pool import Pool
+from workhive.schedules import Fired, Schedule, Schedules, StoresSchedules
 from workhive.shared_state import SharedState
 from workhive.storage import CompletesAndClaims, StorageBackend
 from workhive.urls import redact_url
@@ -142,8 +145,14 @@ __all__ = [
     "PoolNotFound",
     "PoolStats",
     "ReapedWorker",
+    "Fired",
+    "Schedule",
+    "ScheduleExists",
+    "ScheduleNotFound",
+    "Schedules",
     "SchemaVersionError",
     "SharedState",
+    "StoresSchedules",
     "TakesBudget",
     "StorageBackend",
     "StorageCorrupt",

@@ -12,11 +12,13 @@ The tree, so a caller can see at a glance what there is to catch::
     ├── InvalidArgument (ValueError)        a bad value passed to the API
     │   ├── InvalidItem                     payload/result is not JSON-serialisable
     │   ├── BudgetUnsatisfiable             a call's token estimate can never fit the key's budget
-    │   └── InvalidName                     pool, worker or lock name is not allowed
+    │   ├── InvalidName                     pool, worker or lock name is not allowed
+    │   └── ScheduleExists                  a schedule by that name is stored already
     ├── NotFound (LookupError)
     │   ├── PoolNotFound
     │   ├── ItemNotFound
     │   ├── WorkerNotFound
+    │   ├── ScheduleNotFound
     │   └── HiveNotFound                    a read-only command found no hive at that URL
     ├── LeaseLost                           stale fencing token: the claim is gone
     ├── WorkerLost                          this worker was reaped; it must stop
@@ -69,6 +71,8 @@ __all__ = [
     "PluginValidationError",
     "PoolNotFound",
     "RateLimited",
+    "ScheduleExists",
+    "ScheduleNotFound",
     "SchemaVersionError",
     "StorageError",
     "StorageUnavailable",
@@ -133,6 +137,10 @@ class InvalidName(InvalidArgument):
     """Names must be 1-200 characters of letters, digits and . _ : - (starting with a letter or digit)."""
 
 
+class ScheduleExists(InvalidArgument):
+    """A schedule by that name is stored already; remove it first or pick another name."""
+
+
 class NotFound(WorkhiveError, LookupError):
     """The thing asked for does not exist."""
 
@@ -147,6 +155,10 @@ class ItemNotFound(NotFound):
 
 class WorkerNotFound(NotFound):
     """No worker with that id is registered."""
+
+
+class ScheduleNotFound(NotFound):
+    """No schedule by that name; `workhive schedule list` shows them."""
 
 
 class HiveNotFound(NotFound):

@@ -14,6 +14,7 @@ from workhive.defaults import DEFAULT_BACKOFF, DEFAULT_LOCKS, DEFAULT_STORAGE, d
 from workhive.locks import HeldLock, LockProvider
 from workhive.plugin_manager import PluginManager, default_manager
 from workhive.pool import Pool
+from workhive.schedules import Schedules
 from workhive.shared_state import SharedState
 from workhive.storage import StorageBackend, check_backend
 from workhive.urls import parse_spec, scheme_of
@@ -108,6 +109,13 @@ class Hive:
     def shared(self, namespace: str) -> SharedState:
         """A fleet-wide key/value area (with expiry) on this hive's storage."""
         return SharedState(self.storage, namespace)
+
+    def schedules(self) -> Schedules:
+        """This hive's schedules (``workhive.schedules``): add, list, remove, fire what is due.
+
+        >>> await hive.schedules().add("poll", "feeds", every="30s")  # doctest: +SKIP
+        """
+        return Schedules(self)
 
     # -- locks --------------------------------------------------------------
     def locks(self) -> LockProvider:

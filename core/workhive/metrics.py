@@ -36,6 +36,7 @@ __all__ = [
     "MetricsPlugin",
     "enable",
     "mark_process_dead",
+    "observe_admissible",
     "observe_credential",
     "observe_handler",
     "observe_released",
@@ -127,6 +128,13 @@ def _get() -> dict[str, Any]:
             workers=pc.Gauge(
                 "workhive_workers", "Registered workers by health.", ["health"], multiprocess_mode="mostrecent"
             ),
+            admissible=pc.Gauge(
+                "workhive_admissible_items",
+                "Ready items the credentials' rate budgets let through in the next minute (all ready items "
+                "without budgets): what an external autoscaler scales on.",
+                pool,
+                multiprocess_mode="mostrecent",
+            ),
         )
     return _metrics
 
@@ -197,6 +205,11 @@ def observe_credential(name: str, outcome: str | None, state: str, until: float 
     for s in _STATES:
         m["cred_state"].labels(name, s).set(1 if s == state else 0)
     m["cooldown"].labels(name).set(max(0.0, until - time.time()) if until is not None else 0.0)
+
+
+def observe_admissible(pool: str, items: int) -> None:
+    """Set ``workhive_admissible_items`` (``workhive.autoscale.admissible_items``; the supervisor samples it)."""
+    _get()["admissible"].labels(pool).set(items)
 
 
 def mark_process_dead(pid: int) -> None:

@@ -186,6 +186,22 @@ complete_and_claim.py   O1    complete_and_claim  optional (``CompletesAndClaims
                                                   budgets; reserve the soonest of several choices within
                                                   ``max_wait`` atomically, on the backend's clock.
 
+schedules.py            SC1   schedule_add        optional (``workhive.schedules.StoresSchedules``): stores   schedules_are_stored_listed_by_name_and_removed,
+                                                  the schedule as given (get and list return it equal, list   a_taken_schedule_name_changes_nothing
+                                                  sorted by name); a taken name: ``False``, nothing changes.
+                        SC2   schedule_remove     deletes it (``True``), ``False`` when absent; a removed     schedules_are_stored_listed_by_name_and_removed,
+                                                  schedule never fires.                                       fire_of_a_missing_or_removed_schedule_pushes_nothing
+                        SC3   schedule_fire       atomically: if the schedule exists and ``last_tick`` is     fire_records_the_tick_and_pushes_the_item_once,
+                                                  None or below ``tick``, ``last_tick = tick`` and the item   fire_of_a_missing_or_removed_schedule_pushes_nothing,
+                                                  is pushed to its pool (returns its id); else ``None``,      fire_due_follows_the_clock_and_the_misfire_policy
+                                                  nothing pushed, also after the item is done.
+                        SC4   schedule_fire       one tick fired at once from many tasks, processes or        concurrent_fires_of_one_tick_push_one_item
+                                                  hive handles pushes exactly one item.
+                        SC5   Schedules facade    a cron that does not parse, an unknown time zone, every     bad_schedules_are_refused_and_nothing_is_stored
+                                                  under 1 s, a bad name, data not JSON: ``InvalidArgument``
+                                                  (``InvalidName``, ``InvalidItem``); a taken name
+                                                  ``ScheduleExists``; nothing stored changes.
+
 bad_input.py            V1    Hive facade         bad input (a value that is not JSON; a bad option, lease,   complete_and_claim_refuses_bad_input_and_keeps_the_claim,
                                                   count, ttl or name) raises ``InvalidItem``,                 non_json_payload_is_refused,
                                                   ``InvalidArgument`` or ``InvalidName`` (an unknown worker   non_json_result_is_refused_and_the_claim_kept,

@@ -23,7 +23,7 @@ ENGINES = {
 }
 
 #: Every engine has these.
-REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "failures.py", "py.typed"}
+REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "failures.py", "schedules.py", "py.typed"}
 #: What an engine has only where it has the concern (CONTRIBUTING's table says which engine lacks which).
 WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
 OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}

@@ -92,6 +92,8 @@ def test_scraped_counts_equal_storage_after_a_drain(tmp_path: Path) -> None:
     assert got[("workhive_handler_seconds_count", pool)] == 60 + 6
     assert got[("workhive_pool_items", (*pool, ("state", "poisoned")))] == 1
     assert got[("workhive_pool_items", (*pool, ("state", "pending")))] == 0
+    # No budgets: every ready item is admissible, and none is left ready.
+    assert got[("workhive_admissible_items", pool)] == 0
 
 
 def test_a_metrics_port_in_use_is_refused_before_anything_runs(tmp_path: Path) -> None:

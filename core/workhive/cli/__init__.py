@@ -23,6 +23,7 @@ from workhive.cli.purge_cmd import purge_cmd
 from workhive.cli.push_cmd import push_cmd
 from workhive.cli.reap_cmd import reap_cmd
 from workhive.cli.requeue_cmd import requeue_cmd
+from workhive.cli.schedule_cmd import schedule_cmd
 from workhive.cli.show_cmd import show_cmd
 from workhive.cli.status_cmd import status_cmd
 from workhive.cli.work_cmd import work_cmd
@@ -104,6 +105,7 @@ for _command in (
     requeue_cmd,
     purge_cmd,
     reap_cmd,
+    schedule_cmd,
     plugins_cmd,
     config_cmd,
     demo_cmd,

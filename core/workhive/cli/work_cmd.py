@@ -67,7 +67,13 @@ def _cwd_importable() -> None:
 @click.command("work")
 @click.argument("pool")
 @click.option("--handler", metavar="MODULE:FUNCTION", default=None, help="The function called for each item.")
-@click.option("--processes", type=click.IntRange(min=1), default=None, help="Worker processes [CPU count].")
+@click.option(
+    "--processes",
+    metavar="N|auto|auto:MIN-MAX",
+    default=None,
+    help="Worker processes [CPU count]; auto scales them with the backlog and the keys' budgets "
+    "(auto: 1 to the CPU count).",
+)
 @click.option("--min-processes", type=click.IntRange(min=1), default=None, help="Scale down to this many.")
 @click.option("--max-processes", type=click.IntRange(min=1), default=None, help="Scale up to this many.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Async workers per process [1].")
@@ -176,6 +182,7 @@ def work_cmd(
     from workhive.runtime.fleet import check_options
     from workhive.runtime.handler import load_handler  # the runtime is only loaded when a fleet runs
 
+    _auto_processes(settings)
     config = cli.load_config(handler=handler, **settings)
     budget_options: dict[str, Any] = {"learn_limits": learn_limits}
     if token_estimate is not None:
@@ -228,6 +235,22 @@ def work_cmd(
     else:
         print_report(report)
     click.get_current_context().exit(report.exit_code)
+
+
+def _auto_processes(settings: dict[str, Any]) -> None:
+    """``--processes N`` as a count; ``auto``/``auto:MIN-MAX`` as min and max processes (autoscaling)."""
+    from workhive.autoscale import parse_processes
+
+    value = settings.get("processes")
+    if value is None:
+        return
+    low, high = parse_processes(value)
+    if high is None:
+        settings["processes"] = low
+        return
+    if settings.get("min_processes") is not None or settings.get("max_processes") is not None:
+        raise click.UsageError("--processes auto sets the range itself: drop --min-processes/--max-processes")
+    settings.update(processes=low, min_processes=low, max_processes=high)
 
 
 def _storage_failed(exc: StorageError) -> None:

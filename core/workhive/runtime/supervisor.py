@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from workhive.autoscale import ScaleInputs, admissible_items, budget_processes, budget_rate, decide
 from workhive.errors import LockTimeout, StorageCorrupt, WorkhiveError
 from workhive.hive import Hive
 from workhive.liveness import reap_gone
@@ -39,8 +40,15 @@ from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
 from workhive.runtime.patience import WaitBudget, retry_window
 from workhive.runtime.progress import FleetProgress
 from workhive.runtime.relay import OutputRelay
-from workhive.runtime.shared import EXIT_UNHEALTHY, PATH_AFTER_ENV, metrics_enabled, options_to_json
+from workhive.runtime.shared import (
+    EXIT_UNHEALTHY,
+    PATH_AFTER_ENV,
+    build_credentials,
+    metrics_enabled,
+    options_to_json,
+)
 from workhive.runtime.stop_requests import ECHO_WINDOW, StopRequests
+from workhive.schedules import StoresSchedules
 
 __all__ = ["Supervisor"]
 
@@ -60,8 +68,6 @@ RAN_DRY_COST_FACTOR = 5.0
 PROGRESS_EVERY = 1.0
 MAX_STARTUP_FAILURES = 3
 MAX_RESTARTS_PER_MINUTE = 30
-SCALE_DOWN_IDLE = 5.0
-SCALE_UP_EVERY = 2.0
 SPAWN_PER_TICK = 4
 EVENT_READ_PAUSE = 0.005  # seconds a child's event pipe goes unwatched after a read (see _on_readable)
 GONE_EVERY = 1.0  # how often local workers' PIDs are checked (a dead one is reaped at once)
@@ -71,6 +77,11 @@ LAST_ERRORS = 3  # failing items whose last error the progress display keeps
 MAX_STORAGE_FAILURES = 8
 STORAGE_RETRY_MAX = 5.0
 REAPER_LOCK = "workhive:reaper"
+#: how often the supervisor fires the hive's due schedules (workhive.schedules); every
+#: supervisor does, and the storage pushes each tick once however many do
+SCHEDULES_EVERY = 1.0
+#: each ended call weighs the observed call time down by this factor: recent calls count most
+CALL_DECAY = 0.95
 
 
 @attrs.define(eq=False)
@@ -203,8 +214,27 @@ class Supervisor:
         self._history: collections.deque[tuple[float, int]] = collections.deque()
         self._last_scale_up = 0.0
         self._idle_since: float | None = None
+        #: calls per second the keys' budgets allow together (workhive.autoscale.budget_rate), None: unbounded
+        self.budget_rate = self._budget_rate()
+        #: seconds a call takes (a moving average over ended calls), None until one ended
+        self.call_seconds: float | None = None
+        self._started_at: dict[str, float] = {}  # item id -> when its call started (for call_seconds)
+        self._busy = self._waited = self._calls = self._waits_since = 0.0  # see _timed
         self._wakeup = asyncio.Event()
         self._env = _child_env()
+
+    def _budget_rate(self) -> float | None:
+        """What the fleet's keys allow together, from ``--credentials`` (their rpm/tpm), or None."""
+        if not self.options.credentials:
+            return None
+        try:
+            credentials = build_credentials(self.options, self.hive)
+        except WorkhiveError as exc:  # the workers report a bad credential spec themselves
+            log.debug("no budget bound for scaling: %s", exc)
+            return None
+        if credentials is None:
+            return None
+        return budget_rate((c.budget for c in credentials.credentials()), self.options.token_estimate)
 
     # -- children -----------------------------------------------------------
     def _command(self, write_fd: int) -> list[str]:
@@ -322,6 +352,8 @@ class Supervisor:
         kind = event[0]
         if kind == ev.START:
             child.running[event[1]] = (event[2], int(event[3]))
+            if self.budget_rate is not None:  # call times matter only for the keys' bound
+                self._started_at[str(event[2])] = time.monotonic()
             child.unreported[event[2]] = int(event[3])
             # A claim started alone runs with nothing beside it: if the process dies before
             # another START, it is the culprit, whatever finished-but-unacknowledged claims
@@ -343,13 +375,17 @@ class Supervisor:
             child.fatal = (int(event[1]), str(event[2]))
             if len(event) > 3 and event[3] == ev.STORAGE_FAULT:
                 self.storage_failing = True
+        elif kind == ev.BUDGET_WAIT:
+            self._waits_since += float(event[1])
         elif kind == ev.EXIT:
             child.exited = (int(event[1]), str(event[2]), int(event[3]) if len(event) > 3 else 0)
         elif kind == ev.DONE:
             for item_id in event[2:]:
                 child.unreported.pop(str(item_id), None)
+                self._timed(str(item_id))
         elif kind in (ev.FAILED, ev.POISONED) and len(event) >= 4:
             child.unreported.pop(str(event[2]), None)
+            self._timed(str(event[2]))
             self.last_errors[str(event[2])] = str(event[3])
             self.last_errors.move_to_end(str(event[2]))
             while len(self.last_errors) > LAST_ERRORS:
@@ -565,32 +601,73 @@ class Supervisor:
                 self.tally.poisoned += worker.poisoned
         self.reaped += len(reaped)
 
+    async def _fire_schedules(self) -> None:
+        """Push the hive's due schedule ticks (any pool); a tick another supervisor pushed is not pushed again.
+
+        Bounded like the reaper: a store that stops answering must not freeze the loop.
+        """
+        if self.storage_failing or not isinstance(self.hive.storage, StoresSchedules):
+            return  # while the counts cannot be read, the loop's time goes to riding that out
+        try:
+            fired = await asyncio.wait_for(self.hive.schedules().fire_due(), self.window + 10.0)
+        except asyncio.TimeoutError:
+            log.warning("firing schedules took longer than the storage's retry window; trying again later")
+            return
+        except WorkhiveError as exc:
+            log.warning("firing schedules failed: %s", exc)
+            return
+        for tick in fired:
+            log.info("schedule %s fired into %s: item %s", tick.schedule, tick.pool, tick.item_id)
+
     def _scale(self, stats: PoolStats) -> None:
+        """Apply ``workhive.autoscale.decide`` to what was observed: the backlog, idleness, the keys' bound."""
         if self.min_processes == self.max_processes:
             return
         now = time.monotonic()
-        active = [c for c in self.children.values() if not c.retiring]
-        in_flight = len(active) * self.options.concurrency * self.options.batch
-        if stats.pending > 2 * max(1, in_flight) and self.target < self.max_processes:
-            if now - self._last_scale_up >= SCALE_UP_EVERY:
-                self.target += 1
+        if stats.pending > 0:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = now
+        decision = decide(
+            ScaleInputs(
+                ready=stats.pending,
+                target=self.target,
+                low=self.min_processes,
+                high=self.max_processes,
+                per_process=self.options.concurrency * self.options.batch,
+                idle_for=0.0 if self._idle_since is None else now - self._idle_since,
+                since_scale_up=now - self._last_scale_up,
+                budget_processes=budget_processes(self.budget_rate, self.call_seconds, self.options.concurrency),
+            )
+        )
+        if decision.target != self.target:
+            log.info("scaling from %d to %d processes: %s", self.target, decision.target, decision.reason)
+            if decision.target > self.target:
                 self._last_scale_up = now
-                log.info("backlog of %d: scaling up to %d processes", stats.pending, self.target)
-            self._idle_since = None
-        elif stats.pending == 0:
-            if self._idle_since is None:
-                self._idle_since = now
-            elif now - self._idle_since >= SCALE_DOWN_IDLE and self.target > self.min_processes:
-                self.target -= 1
-                self._idle_since = now
-                log.info("no backlog for %.0fs: scaling down to %d processes", SCALE_DOWN_IDLE, self.target)
-        else:
-            self._idle_since = None
+            elif self._idle_since is not None:
+                self._idle_since = now  # the next step down waits its own idle period
+            self.target = decision.target
         active = [c for c in self.children.values() if not c.retiring]
-        if len(active) > self.target:
-            victim = max(active, key=lambda c: c.started_at)
+        for victim in sorted(active, key=lambda c: c.started_at, reverse=True)[: max(0, len(active) - self.target)]:
             victim.retiring = True
             self._signal_children(signal.SIGTERM, [victim])
+
+    def _timed(self, item_id: str) -> None:
+        """A call ended: fold how long it worked (from its START event, less budget waits) into ``call_seconds``.
+
+        Time spent waiting for the keys' budget is not work: counted in, more workers would wait
+        longer, look slower and raise the bound that let them in. Waits are reported per call
+        (BUDGET_WAIT) without the item, so they are taken off in aggregate: the decayed sum of
+        time from start to end, less the decayed sum of budget waits, over the decayed count.
+        """
+        started = self._started_at.pop(item_id, None)
+        if started is None:
+            return
+        self._busy = CALL_DECAY * self._busy + (time.monotonic() - started)
+        self._waited = CALL_DECAY * self._waited + self._waits_since
+        self._calls = CALL_DECAY * self._calls + 1.0
+        self._waits_since = 0.0
+        self.call_seconds = max(0.0, self._busy - self._waited) / self._calls
 
     def _progress(self, final: bool = False) -> None:
         """Report progress. Done/poisoned/left come from one storage snapshot, so they add up."""
@@ -681,7 +758,7 @@ class Supervisor:
             self.stats = await budget.call("reading the pool's final counts", self.pool.stats())
 
     async def _loop(self) -> None:
-        next_stats = next_reap = next_progress = next_gone = 0.0
+        next_stats = next_reap = next_progress = next_gone = next_fire = 0.0
         reap_every = max(0.5, self.options.reap_after / 2)
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -733,6 +810,9 @@ class Supervisor:
             if now >= next_reap:
                 next_reap = now + reap_every
                 await self._reap_workers()
+            if now >= next_fire:
+                next_fire = now + SCHEDULES_EVERY
+                await self._fire_schedules()
             if now >= next_gone:
                 next_gone = now + GONE_EVERY
                 await self._reap_gone()
@@ -755,6 +835,8 @@ class Supervisor:
             await self.metrics.sample(self.hive, [self.options.pool])
         except WorkhiveError as exc:  # a missed sample is not worth stopping the fleet for
             log.debug("sampling metrics failed: %s", exc)
+        if self.stats is not None:
+            self.metrics.observe_admissible(self.options.pool, admissible_items(self.stats.pending, self.budget_rate))
 
     def _storage_fault(self, exc: WorkhiveError, started: float) -> float:
         """One failed statistics read (begun at ``started``): warn once, back off, give up on a fault that lasts.

@@ -25,6 +25,7 @@ from workhive import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    Schedule,
     WorkerFilter,
     WorkerLost,
     WorkerNotFound,
@@ -87,6 +88,7 @@ class _Tables:
     seq: int = 0
     workers: list[WorkerRecord] = dataclasses.field(default_factory=list)
     state: dict[tuple[str, str], tuple[str, float | None]] = dataclasses.field(default_factory=dict)
+    schedules: list[Schedule] = dataclasses.field(default_factory=list)
 
 
 _URL = re.compile(r"list://([A-Za-z0-9][A-Za-z0-9._\-]{0,199})?")
@@ -415,6 +417,42 @@ class ListStorage:
             del self._t.state[(namespace, key)]
             return None
         return value
+
+    # -- schedules (optional: workhive.StoresSchedules) ----------------------
+    def _schedule_at(self, name: str) -> int | None:
+        return next((i for i, s in enumerate(self._t.schedules) if s.name == name), None)
+
+    async def schedule_add(self, schedule: Schedule) -> bool:
+        if self._schedule_at(schedule.name) is not None:
+            return False
+        self._t.schedules.append(schedule)
+        return True
+
+    async def schedule_get(self, name: str) -> Schedule | None:
+        at = self._schedule_at(name)
+        return None if at is None else self._t.schedules[at]
+
+    async def schedule_list(self) -> list[Schedule]:
+        return sorted(self._t.schedules, key=lambda s: s.name)
+
+    async def schedule_remove(self, name: str) -> bool:
+        at = self._schedule_at(name)
+        if at is None:
+            return False
+        del self._t.schedules[at]
+        return True
+
+    async def schedule_fire(self, name: str, tick: float, item: NewItem) -> str | None:
+        # Nothing awaits between the look at last_tick, its update and the push (push never
+        # yields), so tasks firing one tick at once push it once.
+        at = self._schedule_at(name)
+        if at is None:
+            return None
+        schedule = self._t.schedules[at]
+        if schedule.last_tick is not None and schedule.last_tick >= tick:
+            return None
+        self._t.schedules[at] = schedule.fired(tick)
+        return (await self.push(schedule.pool, [item]))[0]
 
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
         self._t.state[(namespace, key)] = (value, None if ttl is None else self._clock() + ttl)

@@ -39,9 +39,11 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.schedules import Schedule
 from workhive_memory.budget import MemoryBudgets
 from workhive_memory.failures import lost_worker, missing_hive, unknown_worker
 from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
+from workhive_memory.schedules import MemorySchedules
 from workhive_memory.url import parse_url
 
 __all__ = ["MemoryStorage"]
@@ -61,12 +63,13 @@ class _Store:
         self.state: dict[str, dict[str, tuple[str, float | None]]] = {}
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.budget_tats: dict[str, float] = {}
+        self.schedules: dict[str, Schedule] = {}
 
 
 _named: dict[str, _Store] = {}
 
 
-class MemoryStorage(MemoryBudgets):
+class MemoryStorage(MemoryBudgets, MemorySchedules):
     """A ``StorageBackend`` in process memory.
 
     ``clock`` (default ``time.time``) is the backend's clock; tests inject a
@@ -101,6 +104,7 @@ class MemoryStorage(MemoryBudgets):
         self._pools = self._store.pools
         self._held = self._store.held
         self._budget_tats = self._store.budget_tats
+        self._schedules = self._store.schedules
 
     def __repr__(self) -> str:
         return f"<MemoryStorage {self.url!r}>"

@@ -60,6 +60,8 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.schedules import Schedule
+from workhive_postgres import schedules
 from workhive_postgres.budget import take_budget
 from workhive_postgres.connections import ConnectionPool
 from workhive_postgres.failures import (
@@ -798,6 +800,33 @@ class PostgresStorage:
         See ``workhive_postgres.budget``: takes are serialised per key across the fleet.
         """
         return await self._run("taking rate budget", take_budget, self._q, self._off, choices, float(max_wait))
+
+    # -- schedules (workhive.schedules.StoresSchedules) -----------------------
+    async def schedule_add(self, schedule: Schedule) -> bool:
+        """Store ``schedule`` unless its name is taken (``workhive_postgres.schedules``)."""
+        return await self._run("adding a schedule", schedules.add, self._q, schedule, rerun=False)
+
+    async def schedule_get(self, name: str) -> Schedule | None:
+        """The schedule called ``name``, or None."""
+        return await self._run("reading a schedule", schedules.get, self._q, name)
+
+    async def schedule_list(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return await self._run("listing schedules", schedules.list_all, self._q)
+
+    async def schedule_remove(self, name: str) -> bool:
+        """Delete the schedule; False when there was none."""
+        return await self._run("removing a schedule", schedules.remove, self._q, name, rerun=False)
+
+    async def schedule_fire(self, name: str, tick: float, item: NewItem) -> str | None:
+        """Record ``tick`` and push ``item`` in one statement, unless a tick at or after it was fired.
+
+        Run again after a dropped connection: the tick is recorded by then or not at all, so a
+        second run pushes nothing more (it answers None though the first may have pushed).
+        """
+        return await self._run(
+            "firing a schedule", schedules.fire, self._q, self._off(), self._channel, name, float(tick), item
+        )
 
     # -- shared state -------------------------------------------------------
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:

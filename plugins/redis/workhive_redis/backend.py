@@ -48,9 +48,11 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.schedules import Schedule
 from workhive_redis.budget import take_budget
 from workhive_redis.connections import RedisClient
 from workhive_redis.keys import HiveKeys, PoolKeys
+from workhive_redis.schedules import RedisSchedules
 from workhive_redis.schema import SCHEMA_VERSION, ensure_schema
 from workhive_redis.url import RedisConfig, parse_url
 from workhive_redis.wakeups import Wakeups
@@ -109,6 +111,7 @@ class RedisStorage:
         self._create = create
         self.keys = HiveKeys(self.config.prefix)
         self._client = RedisClient(self.config)
+        self._schedules = RedisSchedules(self._client, self.keys, self._pk, self.where)
         self._wakeups = Wakeups(self._client)
         self._pool_keys: dict[str, PoolKeys] = {}
         self._pool_numbers: dict[str, int] = {}
@@ -562,6 +565,28 @@ class RedisStorage:
         return await take_budget(self._client, self.keys.budgets, self._off(), choices, max_wait)
 
     # -- shared state -------------------------------------------------------
+    # -- schedules (workhive.schedules.StoresSchedules) -----------------------
+    async def schedule_add(self, schedule: Schedule) -> bool:
+        """Store ``schedule`` unless its name is taken (``workhive_redis.schedules``)."""
+        self._check_size(schedule.payload, "schedule data")
+        return await self._schedules.add(schedule)
+
+    async def schedule_get(self, name: str) -> Schedule | None:
+        """The schedule called ``name``, or None."""
+        return await self._schedules.get(name)
+
+    async def schedule_list(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return await self._schedules.list()
+
+    async def schedule_remove(self, name: str) -> bool:
+        """Delete the schedule; False when there was none."""
+        return await self._schedules.remove(name)
+
+    async def schedule_fire(self, name: str, tick: float, item: NewItem) -> str | None:
+        """Record ``tick`` and push ``item`` in one script, unless a tick at or after it was fired."""
+        return await self._schedules.fire(name, tick, item, self._off(), self._pool_number)
+
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
         self._check_size(value, "the shared value")
         await self._client.run(

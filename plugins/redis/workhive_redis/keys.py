@@ -8,7 +8,9 @@ With prefix ``workhive``::
     {workhive}:wp:<worker>       the pools a worker has claimed from (heartbeat and reap visit them)
     {workhive}:s:<ns>, sx:<ns>   shared state: values and expiry times
     {workhive}:lock:<sha256>     a fleet-wide lock; lock-token, locks: its counter and index
+    {workhive}:schedules         schedule name -> its definition (JSON; workhive_redis.schedules)
     {workhive/<pool>}:ready      claim order; delayed, leases, done, dead, dedup, seq, n, tokens
+    {workhive/<pool>}:ticks      schedule (name@created_at) -> the latest tick it fired into the pool
     {workhive/<pool>}:i:<id>     an item (hash)
     {workhive/<pool>}:held:<w>   the items a worker holds in the pool
 
@@ -76,7 +78,7 @@ VERSION_FIELDS = {
 class PoolKeys:
     """The keys of one pool."""
 
-    __slots__ = ("base", "dead", "dedup", "delayed", "done", "leases", "n", "ready", "seq", "wake")
+    __slots__ = ("base", "dead", "dedup", "delayed", "done", "leases", "n", "ready", "seq", "ticks", "wake")
 
     def __init__(self, prefix: str, pool: str) -> None:
         base = self.base = f"{{{prefix}/{pool}}}:"
@@ -88,6 +90,7 @@ class PoolKeys:
         self.dedup = base + "dedup"
         self.seq = base + "seq"
         self.n = base + "n"
+        self.ticks = base + "ticks"  # schedules' latest fired ticks (workhive_redis.schedules)
         self.wake = base + "wake"  # a pub/sub channel, not a key
 
     def item(self, item_id: str) -> str:
@@ -116,6 +119,7 @@ class HiveKeys:
         self.locks = g + "locks"
         self.lock_freed = g + "lock-freed"  # a pub/sub channel
         self.budgets = g + "budgets"  # rate budgets' theoretical arrival times (workhive.budgets)
+        self.schedules = g + "schedules"  # schedule definitions (workhive_redis.schedules)
         #: glob patterns matching every key this prefix can own (for the foreign-keys check)
         self.patterns = (f"{{{prefix}}}*", f"{{{prefix}/*")
 

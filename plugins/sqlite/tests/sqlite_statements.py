@@ -20,7 +20,9 @@ import pytest
 
 from workhive.budgets import BudgetTake
 from workhive.models import Ack, ItemState, NewItem, WorkerFilter, WorkerRegistration, WorkerStatus
+from workhive.schedules import Schedule
 from workhive_sqlite import ops as ops_module
+from workhive_sqlite import schedules
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
 from workhive_sqlite.ops import Operations
@@ -125,6 +127,13 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     take = BudgetTake("a#1:rpm", 1.0, 10.0, 1.0)
     take_budget(ops, [[take]], 0.0)
     take_budget(ops, [[take, BudgetTake("a#1:tpm", 0.1, 10.0, 5.0)]], 0.0)
+    # Schedules: add (and a taken name), read, fire (and a tick fired already), remove.
+    schedule = Schedule("s", "p", None, 60.0, "UTC", "1", 0, now[0])
+    assert schedules.schedule_add(ops, schedule) and not schedules.schedule_add(ops, schedule)
+    assert schedules.schedule_get(ops, "s") == schedule and schedules.schedule_list(ops) == [schedule]
+    assert schedules.schedule_fire(ops, "s", now[0] + 60.0, NewItem("1")) is not None
+    assert schedules.schedule_fire(ops, "s", now[0] + 60.0, NewItem("1")) is None
+    assert schedules.schedule_remove(ops, "s")
 
 
 def record_every_operation(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:

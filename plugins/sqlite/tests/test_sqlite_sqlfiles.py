@@ -73,6 +73,12 @@ _STATEMENT_DIGESTS = {
     "clock_set_anchor": "c8f7c9d97717ab7d",
     "clock_seen": "36e1aa94b9b3103c",
     "user_tables": "a5e242d2bdf7f44c",
+    # Schedules were written as SQL from the start (no Python string before them).
+    "schedule_add": "06bed8da9439d907",
+    "schedule_get": "a10da882337bb42d",
+    "schedule_list": "077680a72bf7282d",
+    "schedule_remove": "2727689cc268e3c5",
+    "schedule_advance": "c8ca8f2d0a3eff8b",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
 _GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}

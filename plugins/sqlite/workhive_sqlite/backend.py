@@ -65,6 +65,8 @@ from workhive.models import (
     WorkerStatus,
     WorkItem,
 )
+from workhive.schedules import Schedule
+from workhive_sqlite import schedules as _schedules
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
 from workhive_sqlite.failures import corrupt, failure, foreign, is_busy, is_notadb
@@ -640,6 +642,31 @@ class SqliteStorage:
     async def take_budget(self, choices: Sequence[Sequence[BudgetTake]], max_wait: float) -> tuple[int, float]:
         """Reserve rate budget for the fleet in one transaction (``workhive.budgets.TakesBudget``)."""
         return await self._run(take_budget, choices, max_wait)
+
+    # -- schedules (workhive.schedules.StoresSchedules) -----------------------
+    async def schedule_add(self, schedule: Schedule) -> bool:
+        """Store ``schedule`` unless its name is taken (``workhive_sqlite.schedules``)."""
+        return await self._run(_schedules.schedule_add, schedule)
+
+    async def schedule_get(self, name: str) -> Schedule | None:
+        """The schedule called ``name``, or None."""
+        return await self._run(_schedules.schedule_get, name)
+
+    async def schedule_list(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        return await self._run(_schedules.schedule_list)
+
+    async def schedule_remove(self, name: str) -> bool:
+        """Delete the schedule; False when there was none."""
+        return await self._run(_schedules.schedule_remove, name)
+
+    async def schedule_fire(self, name: str, tick: float, item: NewItem) -> str | None:
+        """Record ``tick`` and push ``item`` in one transaction, unless a tick at or after it was fired."""
+        fired = await self._run(_schedules.schedule_fire, name, tick, item)
+        if fired is None:
+            return None
+        self._notify(fired[0])
+        return fired[1]
 
     async def state_put(self, namespace: str, key: str, value: str, ttl: float | None) -> None:
         await self._run(Operations.state_put, namespace, key, value, ttl)

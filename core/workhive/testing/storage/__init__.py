@@ -42,6 +42,7 @@ from workhive.testing.storage.opening import OpeningRules
 from workhive.testing.storage.push import PushRules
 from workhive.testing.storage.reading import ReadingRules
 from workhive.testing.storage.requeue_and_purge import RequeueAndPurgeRules
+from workhive.testing.storage.schedules import ScheduleRules
 from workhive.testing.storage.settling import SettlingRules
 from workhive.testing.storage.shared_state import SharedStateRules
 from workhive.testing.storage.waiting import WaitingRules
@@ -63,6 +64,7 @@ class StorageContract(
     SharedStateRules,  # K1: shared_state.py
     WaitingRules,  # N1-N2: waiting.py
     CompleteAndClaimRules,  # O1: complete_and_claim.py
+    ScheduleRules,  # SC1-SC5: schedules.py
     BadInputRules,  # V1: bad_input.py
 ):
     """Subclass in your backend's tests and override ``make_backend`` (see the module docstring)."""

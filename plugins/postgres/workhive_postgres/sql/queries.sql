@@ -350,3 +350,42 @@ SELECT key, tat FROM @hive.budgets WHERE key = ANY($1::text[]) ORDER BY key FOR 
 INSERT INTO @hive.budgets (key, tat)
 SELECT * FROM unnest($1::text[], $2::float8[])
 ON CONFLICT (key) DO UPDATE SET tat = excluded.tat;
+
+-- schedule_add --
+-- A new schedule ($1 name .. $8 created_at, in workhive.schedules.Schedule's order);
+-- a taken name inserts nothing (status INSERT 0 0).
+INSERT INTO schedules (name, pool, cron, every, tz, payload, catch_up, created_at, last_tick)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL) ON CONFLICT (name) DO NOTHING;
+
+-- schedule_get --
+-- Schedule $1, every column in Schedule's order.
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules WHERE name = $1;
+
+-- schedule_list --
+-- Every schedule by name, every column in Schedule's order.
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules ORDER BY name;
+
+-- schedule_remove --
+-- Delete schedule $1.
+DELETE FROM schedules WHERE name = $1;
+
+-- schedule_fire --
+-- Schedule $2 fires tick $3 (clock offset $1): if no tick at or after it was fired,
+-- record it and push one pending item (payload $4, priority $5, max_attempts $6, delay
+-- $7) to the schedule's pool, record the pool and wake its waiters on channel $8. One
+-- statement: the UPDATE's row lock makes a concurrent fire of the same tick wait, then
+-- see the tick recorded and push nothing. Returns the item's id and pool, or no row.
+WITH fired AS (
+    UPDATE schedules SET last_tick = $3
+    WHERE name = $2 AND (last_tick IS NULL OR last_tick < $3)
+    RETURNING pool
+), new_item AS (
+    INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
+    SELECT fired.pool, $4, 'pending', $5, $6, now_s($1), now_s($1) + $7, NULL FROM fired
+    RETURNING id, pool
+), known AS (
+    INSERT INTO pools (pool) SELECT pool FROM fired ON CONFLICT DO NOTHING
+), woken AS (
+    SELECT count(pg_notify($8, pool)) AS n FROM fired
+)
+SELECT new_item.id, new_item.pool FROM new_item CROSS JOIN woken;

@@ -389,3 +389,27 @@ UPDATE clock SET seen = max(seen, ?) WHERE id = 0
 -- How many tables the file has besides SQLite's own (a version-0 file with some was
 -- written by another program).
 SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+
+-- schedule_add --
+-- A new schedule: name, pool, cron, every, tz, payload, catch_up, created_at (a taken
+-- name inserts nothing: the caller sees no row changed).
+INSERT INTO schedules (name, pool, cron, every, tz, payload, catch_up, created_at, last_tick)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL) ON CONFLICT (name) DO NOTHING
+
+-- schedule_get --
+-- Schedule ?, every column in workhive.schedules.Schedule's order.
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules WHERE name = ?
+
+-- schedule_list --
+-- Every schedule by name, every column in Schedule's order.
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules ORDER BY name
+
+-- schedule_remove --
+-- Delete schedule ?.
+DELETE FROM schedules WHERE name = ?
+
+-- schedule_advance --
+-- Schedule ? (the second parameter) has fired through tick ? (the first and third), if
+-- no tick at or after it was fired before; returns its pool when it moved (no row:
+-- nothing to fire).
+UPDATE schedules SET last_tick = ? WHERE name = ? AND (last_tick IS NULL OR last_tick < ?) RETURNING pool
