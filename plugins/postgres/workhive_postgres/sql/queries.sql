@@ -354,20 +354,20 @@ ON CONFLICT (key) DO UPDATE SET tat = excluded.tat;
 -- schedule_add --
 -- A new schedule ($1 name .. $8 created_at, in workhive.schedules.Schedule's order);
 -- a taken name inserts nothing (status INSERT 0 0).
-INSERT INTO schedules (name, pool, cron, every, tz, payload, catch_up, created_at, last_tick)
+INSERT INTO @hive.schedules (name, pool, cron, every, tz, payload, catch_up, created_at, last_tick)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL) ON CONFLICT (name) DO NOTHING;
 
 -- schedule_get --
 -- Schedule $1, every column in Schedule's order.
-SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules WHERE name = $1;
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM @hive.schedules WHERE name = $1;
 
 -- schedule_list --
 -- Every schedule by name, every column in Schedule's order.
-SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM schedules ORDER BY name;
+SELECT name, pool, cron, every, tz, payload, catch_up, created_at, last_tick FROM @hive.schedules ORDER BY name;
 
 -- schedule_remove --
 -- Delete schedule $1.
-DELETE FROM schedules WHERE name = $1;
+DELETE FROM @hive.schedules WHERE name = $1;
 
 -- schedule_fire --
 -- Schedule $2 fires tick $3 (clock offset $1): if no tick at or after it was fired,
@@ -376,15 +376,15 @@ DELETE FROM schedules WHERE name = $1;
 -- statement: the UPDATE's row lock makes a concurrent fire of the same tick wait, then
 -- see the tick recorded and push nothing. Returns the item's id and pool, or no row.
 WITH fired AS (
-    UPDATE schedules SET last_tick = $3
+    UPDATE @hive.schedules SET last_tick = $3
     WHERE name = $2 AND (last_tick IS NULL OR last_tick < $3)
     RETURNING pool
 ), new_item AS (
-    INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
-    SELECT fired.pool, $4, 'pending', $5, $6, now_s($1), now_s($1) + $7, NULL FROM fired
+    INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
+    SELECT fired.pool, $4, 'pending', $5, $6, @hive.now_s($1), @hive.now_s($1) + $7, NULL FROM fired
     RETURNING id, pool
 ), known AS (
-    INSERT INTO pools (pool) SELECT pool FROM fired ON CONFLICT DO NOTHING
+    INSERT INTO @hive.pools (pool) SELECT pool FROM fired ON CONFLICT DO NOTHING
 ), woken AS (
     SELECT count(pg_notify($8, pool)) AS n FROM fired
 )
