@@ -23,13 +23,17 @@ after it commits. Printed per phase, and per ``--window`` inside the pinned
 phase: the latency of claims that took an item (p50/p99, milliseconds), items
 done per second, and the ratios pinned/clean and v3/marks measured in this run.
 Latencies include the client's share (asyncio, asyncpg) on a shared machine:
-compare the ratios, not the milliseconds. Not a test: nothing here asserts a time.
+compare the ratios, not the milliseconds. A second table shows the server's
+side alone: twice a second a probe runs one claim under EXPLAIN (ANALYZE,
+BUFFERS) in a transaction it rolls back (execution time, buffers touched).
+Not a test: nothing here asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -74,6 +78,7 @@ class Samples:
     def __init__(self) -> None:
         self.claims: list[tuple[float, float]] = []  # (monotonic end, seconds)
         self.done: list[float] = []
+        self.server: list[tuple[float, float, int]] = []  # (monotonic, execution seconds, buffers)
 
     def between(self, start: float, end: float) -> tuple[list[float], int]:
         return [s for t, s in self.claims if start <= t < end], sum(1 for t in self.done if start <= t < end)
@@ -106,6 +111,42 @@ async def claimer(pool: Any, worker: str, samples: Samples, stop: asyncio.Event)
         samples.done.append(time.monotonic())
 
 
+async def probe(schema: str, statement: str, params: tuple[Any, ...], samples: Samples, stop: asyncio.Event) -> None:
+    """Twice a second, one claim on the server alone: EXPLAIN ANALYZE's execution time and buffers, rolled back."""
+    import asyncpg
+
+    conn = await asyncpg.connect(SERVER, server_settings={"search_path": schema})
+    try:
+        while not stop.is_set():
+            await asyncio.sleep(0.5)
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                found = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, *params)
+            finally:
+                await transaction.rollback()
+            top = (json.loads(found) if isinstance(found, str) else found)[0]
+            buffers = int(top["Plan"]["Shared Hit Blocks"]) + int(top["Plan"]["Shared Read Blocks"])
+            samples.server.append((time.monotonic(), float(top["Execution Time"]) / 1000, buffers))
+    finally:
+        await conn.close()
+
+
+def server_row(label: str, samples: dict[str, Samples], start: float, end: float) -> None:
+    cells = []
+    p50s = {}
+    for name in ("marks", "v3"):
+        seen = [(t, b) for at, t, b in samples[name].server if start <= at < end]
+        if not seen:
+            cells.append(f"{'-':>7} {'-':>8} {'-':>8}")
+            continue
+        p50s[name] = statistics.median(t for t, _ in seen) * 1000
+        buffers = statistics.median(b for _, b in seen)
+        cells.append(f"{p50s[name]:7.2f} {pct([t for t, _ in seen], 0.99):8.2f} {buffers:8.0f}")
+    ratio = f"  v3/marks p50 {p50s['v3'] / p50s['marks']:5.2f}x" if len(p50s) == 2 and p50s["marks"] else ""
+    print(f"{label:<24} {cells[0]}   {cells[1]}{ratio}", flush=True)
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
@@ -131,7 +172,7 @@ async def run(args: argparse.Namespace) -> None:
 
     import workhive
     from workhive_postgres import PostgresStorage
-    from workhive_postgres.sqlfiles import queries
+    from workhive_postgres.sqlfiles import queries, with_limit
 
     schemas = {name: f"bench_horizon_{name}_{TAG}" for name in ("marks", "v3")}
     size = args.claimers + 2
@@ -155,6 +196,12 @@ async def run(args: argparse.Namespace) -> None:
             tasks += [
                 asyncio.create_task(claimer(pool, f"{name}-{i}", samples[name], stop)) for i in range(args.claimers)
             ]
+        probes = {
+            "marks": (with_limit(queries()["claim"], 1), (0.0, "jobs", "probe", 60.0)),
+            "v3": (V3_CLAIM, (0.0, "jobs", "probe", 60.0, 1)),
+        }
+        for name, (statement, params) in probes.items():
+            tasks.append(asyncio.create_task(probe(schemas[name], statement, params, samples[name], stop)))
         print(
             f"fixed rate {args.rate:g} items/s per hive, {args.claimers} claimers each; "
             f"phases: clean {args.clean:g} s, pinned {args.pinned:g} s, released {args.released:g} s",
@@ -187,6 +234,18 @@ async def run(args: argparse.Namespace) -> None:
         pinned = row("pinned (whole)", spans(t1, t2), t2 - t1)
         row("released 0-10 s", spans(t2, t2 + 10), 10)
         row("released (whole)", spans(t2, t3), t3 - t2)
+        print(
+            "server side, one claim alone twice a second (EXPLAIN ANALYZE):\n"
+            f"{'':<24} {'marks p50':>7} {'p99 ms':>8} {'buffers':>8}   {'v3 p50':>7} {'p99 ms':>8} {'buffers':>8}"
+        )
+        server_row("clean", samples, t0 + min(5.0, args.clean / 4), t1)
+        start = t1
+        while start < t2 - args.window / 2:
+            end = t2 if t2 - (start + args.window) < args.window / 2 else start + args.window
+            server_row(f"pinned {start - t1:4.0f}-{end - t1:4.0f} s", samples, start, end)
+            start = end
+        server_row("released 0-10 s", samples, t2, t2 + 10)
+        server_row("released (whole)", samples, t2, t3)
         for name in ("marks", "v3"):
             if name in clean and name in last and name in pinned:
                 print(
