@@ -16,8 +16,8 @@
 -- keys of dead versions lie behind the first live key. A claim now starts its scan
 -- at a mark: for each priority of the pool ("band") a key at or below every live
 -- entry of that band, so the btree descent lands past the dead entries instead of
--- stepping through them. Only entries between the mark and now are walked: a few
--- seconds' worth of claims, whatever the horizon does.
+-- stepping through them. Only entries between the mark and now are walked: under a
+-- second's worth of claims, whatever the horizon does.
 --
 -- claim_bands: every (pool, priority) ever pushed to, written by push (ON CONFLICT DO
 -- NOTHING: a band already known costs no write). A claim visits the bands of its
@@ -28,7 +28,7 @@
 -- version per update behind the same horizon (and a lookup walks them all), so each
 -- advance inserts a row and deletes the older ones: the newest (highest n) is read
 -- with a backward scan of the primary key and is always the first entry it meets;
--- the deleted ones lie behind it. Advances are rare (about once a second per band,
+-- the deleted ones lie behind it. Advances are rare (twice a second per band,
 -- statement advance_marks, run by claimers): a new mark is the lowest of
 --   * the band's first live key, found by walking from the previous mark,
 --   * the hive's clock minus a lag (new entries are keyed at "now" or later),
