@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ import workhive
 from workhive.errors import OutcomeUnknown
 from workhive.ids import item_number
 from workhive.models import Ack, ItemState
+from workhive.testing.clock import ManualClock
 from workhive_postgres import PostgresStorage
 from workhive_postgres.sqlfiles import migrations, queries, with_limit
 from workhive_postgres.sqlfiles import statements as schema_statements
@@ -342,3 +344,142 @@ async def test_a_claim_whose_connection_drops_after_it_ran_is_reported_unknown_n
         # The worker gives back what it holds (what the runtime does after an unknown claim).
         assert await storage.release_by_worker("drops", "w1", False) == 1
         assert await storage.list_items("drops", ItemState.CLAIMED, 10) == []
+
+
+async def _claim_buffers(conn: Any, schema: str, offset: float, *, from_the_bottom: bool) -> int:
+    """Buffers one claim of one item reads and writes (EXPLAIN ANALYZE BUFFERS), rolled back.
+
+    ``from_the_bottom``: with the marks deleted first, so every band is read from its
+    first entry, as claims read them before migration 0005.
+    """
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        if from_the_bottom:
+            await conn.execute("DELETE FROM claim_marks")
+        text = with_limit(schema_statements(schema)["claim"], 1)
+        found = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, offset, "jobs", "probe", 60.0)
+        plan = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
+        assert plan["Actual Rows"] == 1, plan  # it claimed one item
+        return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+    finally:
+        await transaction.rollback()
+
+
+@pytest.mark.asyncio
+async def test_under_a_held_vacuum_horizon_a_claim_reads_as_much_after_many_items_as_after_few(
+    url: str, schema: str
+) -> None:
+    """Migration 0005: while a session idles in a transaction, every version items pass
+    through stays in items_claimable (vacuum may not remove them, scans may not mark them
+    dead). A claim starts each band at its mark, past them: it reads the same number of
+    buffers after 1,600 items as after 200. Read from the bottom (the marks deleted, as
+    claims read before version 5) the same claim reads more the more items went through,
+    which shows the horizon really is held."""
+    clock = ManualClock()
+    pin = await asyncpg.connect(postgres_server.SERVER)
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url, clock_offset=clock.offset) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every = 0.0  # marks move before every claim
+            pool = hive.pool("jobs")
+            await pool.push_many([{"n": i} for i in range(50)])  # a backlog that stays 50 long
+            await pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            await pin.fetchval("SELECT txid_current()")  # holds the horizon until it ends
+            measured: dict[int, tuple[int, int]] = {}
+            through = 0
+            for target in (200, 1600):
+                while through < target:
+                    taken = await pool.claim_many(50, "w1")
+                    assert len(taken) == 50
+                    assert all(await pool.complete_many([(item, "ok") for item in taken]))
+                    await pool.push_many([{"n": through + i} for i in range(50)])
+                    through += 50
+                # Past the marks' lag, then one claim moves them to the head of the backlog.
+                clock.advance(5)
+                item = await pool.claim("w1")
+                assert item is not None
+                await pool.complete(item, "ok")
+                await pool.push({"n": "refill"})
+                measured[target] = (
+                    await _claim_buffers(conn, schema, clock.offset(), from_the_bottom=False),
+                    await _claim_buffers(conn, schema, clock.offset(), from_the_bottom=True),
+                )
+            (marked_few, bottom_few), (marked_many, bottom_many) = measured[200], measured[1600]
+            # From the bottom: the dead entries of 1,400 more items are walked (two per item,
+            # a heap page per few dozen): far more than a btree growing a level could add.
+            assert bottom_many - bottom_few >= 30, measured
+            # From the marks: nothing grows with the items that went through.
+            assert marked_many - marked_few <= 6, measured
+            assert marked_many < bottom_many, measured
+    finally:
+        await pin.close()
+        await conn.close()
+
+
+_INSERT_PENDING = (
+    "INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at)"
+    " VALUES ('jobs', $1, 'pending', 0, 5, $2, $2)"
+)
+
+
+@pytest.mark.asyncio
+async def test_a_mark_never_passes_the_start_of_a_transaction_writing_items(url: str, schema: str) -> None:
+    """Migration 0005: an item a transaction keys at its own start may commit after a claim
+    moved its band's mark. A mark stays at or below the start of every transaction holding
+    a write lock on items, so the item is claimed as soon as it commits (with no lag, a mark
+    would otherwise reach the claim's own time, past the item)."""
+    side = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every, storage.marks_lag = 0.0, 0.0
+            pool = hive.pool("jobs")
+            await pool.push("first")
+            first = await pool.claim("w1")
+            assert first is not None
+            await pool.complete(first, "ok")
+            await side.execute("BEGIN")
+            await side.execute(_INSERT_PENDING, '"late"', await side.fetchval("SELECT now_s(0)"))
+            assert await pool.claim("w1") is None  # not committed yet; this claim moved the mark
+            low = await side.fetchval("SELECT low FROM claim_marks ORDER BY n DESC LIMIT 1")
+            start = await side.fetchval("SELECT extract(epoch FROM now())::float8")
+            assert low <= start
+            await side.execute("COMMIT")
+            late = await pool.claim("w1")
+            assert late is not None and late.data == "late"
+    finally:
+        await side.close()
+
+
+@pytest.mark.asyncio
+async def test_an_item_below_its_bands_mark_is_claimed_at_the_next_sweep(url: str, schema: str) -> None:
+    """Migration 0005: what a mark cannot foresee (a writer stalled longer than the lag between
+    reading the clock and locking items, a server clock stepped back) can leave an item below its
+    band's mark. Claims do not see it until a sweep walks the band from the bottom again, at most
+    SWEEP_EVERY seconds later; then it is claimed, first, as its time says."""
+    admin = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    clock = ManualClock()
+    try:
+        async with workhive.open(url, clock_offset=clock.offset) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every = 0.0
+            pool = hive.pool("jobs")
+            await pool.push_many(["a", "b"])
+            clock.advance(10)
+            a = await pool.claim("w1")  # the first move sweeps, and puts the mark on "b"
+            assert a is not None and a.data == "a"
+            long_ago = await admin.fetchval("SELECT now_s(0) - 1000")
+            await admin.execute(_INSERT_PENDING, '"below"', long_ago)
+            b = await pool.claim("w1")
+            assert b is not None and b.data == "b"  # "below" is hidden under the mark
+            assert await pool.claim("w1") is None
+            clock.advance(storage.sweep_every)
+            below = await pool.claim("w1")
+            assert below is not None and below.data == "below"
+    finally:
+        await admin.close()

@@ -95,9 +95,51 @@ async def test_a_version_2_hive_with_items_in_every_state_migrates_and_claims_in
         states = {item.data: item.state for item in await pool.items(ItemState.POISONED)}
         assert states == {"spent": ItemState.POISONED}
     versions = await sql(f'SELECT version FROM "{schema}".migrations ORDER BY version')
-    assert [r[0] for r in versions] == [1, 2, 3, 4] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
     indexes = {r[0] for r in await sql("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)}
     assert "items_claimable" in indexes and "items_ready" not in indexes
+
+
+@pytest.mark.asyncio
+async def test_a_version_3_hive_learns_the_bands_of_its_items_and_claims_every_one(url: str, schema: str) -> None:
+    """Version 4 reads claims band by band (claim_bands): the bands of items stored before it,
+    in every state, are recorded, so ready items, expired leases and requeued poisoned items of
+    every priority are still claimed in order."""
+    conn = await asyncpg.connect(postgres_server.SERVER)
+    try:
+        async with conn.transaction():
+            await conn.execute(f'CREATE SCHEMA "{schema}"; SET LOCAL search_path = "{schema}"')
+            for version, script in migrations()[:3]:
+                await conn.execute(script)
+                await conn.execute("INSERT INTO migrations (version) VALUES ($1)", version)
+            now = await conn.fetchval("SELECT now_s(0)")
+            rows = [  # name, pool, state, priority, attempts, available_at, lease_expires_at
+                ("ready", "jobs", "pending", 0, 0, now - 100, None),
+                ("expired", "jobs", "claimed", 3, 1, now - 300, now - 50),
+                ("dead", "jobs", "poisoned", 7, 5, now - 500, None),
+                ("done", "jobs", "done", 9, 1, now - 600, None),
+                ("other", "mail", "pending", -2, 0, now - 10, None),
+            ]
+            for name, pool, state, priority, attempts, available_at, expires in rows:
+                await conn.execute(
+                    "INSERT INTO items (pool, payload, state, priority, attempts, max_attempts, token, created_at,"
+                    " available_at, claimed_by, lease_expires_at, lease_seconds)"
+                    " VALUES ($1, $2, $3, $4, $5::int, 5, $5::int, $6, $6, $7, $8, $9)",
+                    pool, f'"{name}"', state, priority, attempts, available_at,
+                    "old" if state == "claimed" else None, expires, 60.0 if state == "claimed" else None,
+                )  # fmt: skip
+    finally:
+        await conn.close()
+    async with workhive.open(url) as hive:
+        bands = await sql(f'SELECT pool, priority FROM "{schema}".claim_bands ORDER BY pool, priority')
+        assert [(r[0], r[1]) for r in bands] == [("jobs", 0), ("jobs", 3), ("jobs", 7), ("jobs", 9), ("mail", -2)]
+        jobs = hive.pool("jobs")
+        assert await jobs.requeue() == 1
+        taken = await jobs.claim_many(10, "w1")
+        assert [item.data for item in taken] == ["dead", "expired", "ready"]
+        assert [item.data for item in await hive.pool("mail").claim_many(10, "w1")] == ["other"]
+    versions = await sql(f'SELECT version FROM "{schema}".migrations ORDER BY version')
+    assert [r[0] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
 
 
 @pytest.mark.asyncio

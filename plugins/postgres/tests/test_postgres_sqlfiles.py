@@ -37,13 +37,16 @@ def test_both_claim_statements_claim_alike_with_their_own_parameters() -> None:
     inner = fused[fused.index("claimed AS ( ") + len("claimed AS ( ") : fused.index(" ) SELECT EXISTS")]
     renumbered = claim.replace("$3", "$6").replace("$4", "$7").replace("$5", "$8")
     condition = " AND EXISTS (SELECT FROM done)"
-    at = renumbered.index(" ORDER BY priority DESC")
+    at = renumbered.index(" ORDER BY band.priority DESC")  # the bands' own order: the condition is on them
     assert inner == renumbered[:at] + condition + renumbered[at:]
-    # The limit is the last parameter of each, as with_limit requires.
-    assert "LIMIT 7 " in with_limit(q["claim"], 7) and "LIMIT 7 " in with_limit(q["complete_and_claim"], 7)
+    # The limit is the last parameter of each, as with_limit requires: each band's and the whole claim's.
+    for name in ("claim", "complete_and_claim"):
+        limited = with_limit(q[name], 7)
+        assert len(re.findall(r"LIMIT 7\b", limited)) == 2 and "LIMIT $" not in limited, name
 
 
-_RELATION = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+([\w\".@]+)(\(?)")
+# A relation after FROM/JOIN/INTO/UPDATE (a LATERAL subquery names none).
+_RELATION = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+(?!LATERAL\b)([\w\".@]+)(\(?)")
 
 
 def _no_row_words(text: str) -> str:

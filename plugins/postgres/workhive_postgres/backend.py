@@ -10,9 +10,11 @@ Model
 * Time is the server's: ``now_s($1)`` in SQL (``statement_timestamp()`` plus
   the ``clock_offset`` tests move forward), never this machine's clock.
 * Claims lock their candidates ``FOR UPDATE SKIP LOCKED`` on the partial index
-  of ready items in claim order, so claimers never wait for each other; every
+  of claimable items in claim order, so claimers never wait for each other; every
   completion, failure, release and extension carries the fencing token in its
-  ``WHERE`` clause.
+  ``WHERE`` clause. Each priority band of a pool is read from its mark (migration
+  0005), so a vacuum horizon held back by a long transaction does not make claims
+  walk the dead entries it keeps; claimers move the marks twice a second.
 * Wake-ups: pushes ``pg_notify`` the hive's channel in the same statement; one
   listening connection per storage object (one per process in a fleet) wakes
   the waiters of the pool named in the payload, and is opened again after a drop.
@@ -88,6 +90,14 @@ COPY_FROM = 1000
 _COPY_COLUMNS = ("id", "pool", "payload", "state", "priority", "max_attempts", "created_at", "available_at")
 #: How often a conflicting transaction (deadlock, serialization failure) is run again before giving up.
 CONFLICT_RETRIES = 20
+#: Claim marks (migration 0005): seconds between moves of a band's mark (the hive's clock;
+#: each process also waits this long between its own tries per pool), how far a new mark
+#: stays behind the hive's clock, and seconds between walks from the bottom (sweeps).
+#: A claim under a held horizon walks the dead entries of about MARKS_EVERY + MARKS_LAG
+#: seconds: at 1 s + 1 s, 80-90 buffers per claim at 100 items/s (bench/pg_horizon.py).
+MARKS_EVERY = 0.5
+MARKS_LAG = 0.25
+SWEEP_EVERY = 60.0
 
 
 class _Rerun(Exception):
@@ -178,6 +188,11 @@ class PostgresStorage:
         self.conflicts_retried = 0
         #: calls retried after a lost connection
         self.reconnects = 0
+        #: claim marks: the module's MARKS_EVERY, MARKS_LAG, SWEEP_EVERY (tests move marks on every claim)
+        self.marks_every = MARKS_EVERY
+        self.marks_lag = MARKS_LAG
+        self.sweep_every = SWEEP_EVERY
+        self._marks_next: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.url} {'open' if self._pool is not None else 'closed'}>"
@@ -470,6 +485,7 @@ class PostgresStorage:
                 "items", records=records(), columns=_COPY_COLUMNS, schema_name=self.config.schema
             )
             await conn.execute(q["record_pool"], pool)
+            await conn.execute(q["record_bands"], pool, list({i.priority for i in items}))
             await conn.execute(q["notify"], self._channel, pool)
         return ids
 
@@ -507,7 +523,23 @@ class PostgresStorage:
         # Never run again after a connection lost mid-statement: items a lost claim took are held
         # by ``worker_id``, and that worker's heartbeats would extend them forever while it runs
         # others. ``OutcomeUnknown`` tells the caller, who knows what it holds, to give them back.
+        await self._advance_marks(pool)
         return await self._run("claim", self._claim, pool, worker_id, limit, float(lease), rerun=False)
+
+    async def _advance_marks(self, pool: str) -> None:
+        """Move ``pool``'s claim marks if this process has not tried for ``marks_every`` seconds.
+
+        Run before a claim, never after: a failure here must not cost the items a claim took.
+        The statement itself skips bands another process moved less than ``marks_every`` ago.
+        """
+        now = time.monotonic()
+        if now < self._marks_next.get(pool, 0.0):
+            return
+        self._marks_next[pool] = now + self.marks_every
+        await self._run(
+            "moving claim marks", self._fetchval, "advance_marks", self._off(), pool,
+            float(self.marks_every), float(self.marks_lag), float(self.sweep_every),
+        )  # fmt: skip
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         rows = await conn.fetch(with_limit(self._q["claim"], limit), self._off(), pool, worker_id, lease)
@@ -591,6 +623,7 @@ class PostgresStorage:
                 where=self.config.where,
             )
 
+        await self._advance_marks(pool)
         return await self._run(
             "complete_and_claim", self._complete_and_claim, pool, key, ack, worker_id, limit, float(lease),
             recover=recover,

@@ -1,4 +1,4 @@
-"""The ``StoresSchedules`` capability on PostgreSQL: the ``schedules`` table (schema version 4).
+"""The ``StoresSchedules`` capability on PostgreSQL: the ``schedules`` table (schema version 4; claim marks are 5).
 
 Firing is one statement (``schedule_fire`` in ``sql/queries.sql``): the
 ``UPDATE`` that moves the schedule's ``last_tick`` forward, the ``INSERT`` of

@@ -69,6 +69,9 @@ def migrations() -> tuple[tuple[int, str], ...]:
 def with_limit(statement: str, limit: int) -> str:
     """``statement`` with its ``LIMIT $n`` written as the number ``limit``; ``$n`` must be its last parameter.
 
+    ``$n`` may limit several scans (a claim limits each priority band and the whole);
+    every use of it must be a ``LIMIT``.
+
     Called with every parameter but the last. A generic plan cannot see a parameter and
     costs ``LIMIT $n`` as a tenth of the rows it limits, so once the items table was
     analyzed PostgreSQL judged the generic claim dearer than a fresh plan and planned
@@ -82,7 +85,7 @@ def with_limit(statement: str, limit: int) -> str:
     if limit.__class__ is not int or limit < 0:
         raise ValueError(f"a limit is a non-negative int, got {limit!r}")
     last = max(int(n) for n in _PARAM.findall(statement))
-    placeholder = f"LIMIT ${last}"
-    if statement.count(placeholder) != 1 or statement.count(f"${last}") != 1:
-        raise ValueError(f"the statement must use its last parameter ${last} once, as its LIMIT")
-    return statement.replace(placeholder, f"LIMIT {limit}")
+    as_limit = rf"LIMIT \${last}\b"
+    if len(re.findall(as_limit, statement)) != statement.count(f"${last}"):
+        raise ValueError(f"the statement must use its last parameter ${last} only as a LIMIT")
+    return re.sub(as_limit, f"LIMIT {limit}", statement)

@@ -16,8 +16,9 @@
 
 -- push --
 -- Insert new pending items in the order given ($3..$7 are parallel arrays: payload,
--- priority, max_attempts, delay, dedup key), record the pool, wake waiters on
--- channel $8. Returns the new ids in insertion order (sequence order).
+-- priority, max_attempts, delay, dedup key), record the pool and its bands (claims
+-- read a pool's priorities from claim_bands), wake waiters on channel $8. Returns the
+-- new ids in insertion order (sequence order).
 WITH new_items AS (
     INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
     SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key
@@ -27,6 +28,9 @@ WITH new_items AS (
     RETURNING id
 ), known AS (
     INSERT INTO @hive.pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
+), bands AS (
+    INSERT INTO @hive.claim_bands (pool, priority) SELECT DISTINCT $2, p FROM unnest($4::int[]) AS p
+    ON CONFLICT DO NOTHING
 ), woken AS (
     SELECT pg_notify($8, $2)
 )
@@ -39,6 +43,11 @@ SELECT nextval('@hive.item_ids') FROM generate_series(1, $1);
 -- record_pool --
 -- Pool $1 has been pushed to.
 INSERT INTO @hive.pools (pool) VALUES ($1) ON CONFLICT DO NOTHING;
+
+-- record_bands --
+-- Pool $1 has items of priorities $2 (claims visit the bands in claim_bands).
+INSERT INTO @hive.claim_bands (pool, priority) SELECT DISTINCT $1, p FROM unnest($2::int[]) AS p
+ON CONFLICT DO NOTHING;
 
 -- dedup_lock --
 -- Serialise pushes that carry dedup keys in pool $2 of this schema ($1) until commit.
@@ -57,6 +66,11 @@ GROUP BY dedup_key;
 -- and the {only_if} line dropped when empty). {worker}, {lease} and {limit} are
 -- the statement's parameters for the worker id, the lease seconds and the limit;
 -- {only_if} is an extra condition on the candidates.
+-- Candidates come band by band (each priority of the pool, highest first), each band
+-- read from its mark (migration 0005): the descent lands past the dead entries a held
+-- vacuum horizon keeps, instead of walking them. The bands are a sorted subquery and
+-- each band's rows a LIMITed lateral scan, so the nested loop hands rows out in claim
+-- order and stops, locking nothing more, once the outer LIMIT has its rows.
 UPDATE @hive.items SET
     state = CASE WHEN state = 'pending' OR attempts < max_attempts THEN 'claimed' ELSE 'poisoned' END,
     available_at = CASE WHEN state = 'claimed' AND attempts < max_attempts THEN lease_expires_at ELSE available_at END,
@@ -70,18 +84,33 @@ UPDATE @hive.items SET
             || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)' END,
     finished_at = CASE WHEN state = 'pending' OR attempts < max_attempts THEN finished_at ELSE @hive.now_s($1) END
 WHERE id = ANY (ARRAY (
-    SELECT id FROM @hive.items
-    WHERE pool = $2 AND state IN ('pending', 'claimed')
-        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= @hive.now_s($1)
-        {only_if}
-    ORDER BY priority DESC, (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-    LIMIT {limit} FOR UPDATE SKIP LOCKED))
+    SELECT due.id
+    FROM (
+        SELECT band.priority, coalesce((
+            SELECT mark.low FROM @hive.claim_marks AS mark
+            WHERE mark.pool = band.pool AND mark.priority = band.priority
+            ORDER BY mark.n DESC LIMIT 1), '-Infinity') AS low
+        FROM @hive.claim_bands AS band
+        WHERE band.pool = $2
+            {only_if}
+        ORDER BY band.priority DESC
+    ) AS band
+    CROSS JOIN LATERAL (
+        SELECT id FROM @hive.items
+        WHERE pool = $2 AND priority = band.priority AND state IN ('pending', 'claimed')
+            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
+            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= @hive.now_s($1)
+        ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+        LIMIT {limit} FOR UPDATE SKIP LOCKED
+    ) AS due
+    ORDER BY band.priority DESC
+    LIMIT {limit}))
 RETURNING id, payload, priority, attempts, max_attempts, token, created_at, available_at, lease_expires_at,
     dedup_key, error, releases, state = 'claimed' AS taken
 
 -- claim --
 -- Take up to $5 claimable items of pool $2 for worker $3 with a lease of $4 s: the
--- head of items_claimable, due entries only, locked with SKIP LOCKED so concurrent
+-- head of items_claimable (each band from its mark), due entries only, locked with SKIP LOCKED so concurrent
 -- claimers never wait for each other. The head holds ready items and expired leases
 -- in claim order (an expired lease counts as available from its expiry, and keeps
 -- that time as its available_at). An expired lease with no attempts left is
@@ -223,11 +252,70 @@ FROM @hive.items WHERE pool = $2;
 SELECT pool FROM @hive.pools WHERE EXISTS (SELECT FROM @hive.items WHERE items.pool = pools.pool) ORDER BY pool;
 
 -- next_due --
--- Seconds until pool $2's next item becomes claimable (<= 0: now; NULL: nothing is coming).
-SELECT least(
-    (SELECT min(available_at) FROM @hive.items WHERE pool = $2 AND state = 'pending'),
-    (SELECT min(lease_expires_at) FROM @hive.items WHERE pool = $2 AND state = 'claimed')
-) - @hive.now_s($1);
+-- Seconds until pool $2's next item becomes claimable (<= 0: now; NULL: nothing is coming):
+-- the first entry of each band of items_claimable read from its mark, as a claim reads
+-- them (a pending item's available_at, a held lease's expiry), so an idle worker's look
+-- walks no more dead entries than a claim does.
+SELECT min(head.at) - @hive.now_s($1)
+FROM (
+    SELECT band.priority, coalesce((
+        SELECT mark.low FROM @hive.claim_marks AS mark
+        WHERE mark.pool = band.pool AND mark.priority = band.priority
+        ORDER BY mark.n DESC LIMIT 1), '-Infinity') AS low
+    FROM @hive.claim_bands AS band
+    WHERE band.pool = $2
+) AS band
+CROSS JOIN LATERAL (
+    SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) AS at FROM @hive.items
+    WHERE pool = $2 AND priority = band.priority AND state IN ('pending', 'claimed')
+        AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
+    ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+    LIMIT 1
+) AS head;
+
+-- advance_marks --
+-- Move the marks of pool $2's bands whose newest mark was set $3 s ago or more (migration
+-- 0005 says why). A band's new mark is the lowest of: its first live entry at or above
+-- its old mark (from the bottom when it has none or its last sweep is $5 s old), the
+-- hive's clock (offset $1) minus the lag $4, and the start of each transaction holding
+-- a write lock on items (it may commit entries keyed at its start; a start hidden from
+-- this role counts as -Infinity). Older marks of those bands go. Returns the bands moved.
+WITH due AS (
+    SELECT band.priority, mark.low, mark.swept_at,
+        mark.n IS NULL OR mark.swept_at <= @hive.now_s($1) - $5 AS sweep
+    FROM @hive.claim_bands AS band
+    LEFT JOIN LATERAL (
+        SELECT m.low, m.set_at, m.swept_at, m.n FROM @hive.claim_marks AS m
+        WHERE m.pool = band.pool AND m.priority = band.priority
+        ORDER BY m.n DESC LIMIT 1
+    ) AS mark ON true
+    WHERE band.pool = $2 AND (mark.n IS NULL OR mark.set_at <= @hive.now_s($1) - $3)
+), writers AS (
+    SELECT min(coalesce(extract(epoch FROM activity.xact_start)::float8 + $1, '-Infinity')) AS oldest
+    FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid
+    WHERE held.locktype = 'relation' AND held.relation = '@hive.items'::regclass
+        AND held.mode = 'RowExclusiveLock' AND held.pid <> pg_backend_pid()
+), heads AS (
+    SELECT due.priority, due.sweep, due.swept_at, (
+        SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
+        WHERE pool = $2 AND priority = due.priority AND state IN ('pending', 'claimed')
+            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
+                >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
+        ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+        LIMIT 1
+    ) AS head
+    FROM due
+), added AS (
+    INSERT INTO @hive.claim_marks (pool, priority, low, set_at, swept_at)
+    SELECT $2, heads.priority, least(heads.head, @hive.now_s($1) - $4, writers.oldest), @hive.now_s($1),
+        CASE WHEN heads.sweep THEN @hive.now_s($1) ELSE heads.swept_at END
+    FROM heads CROSS JOIN writers
+    RETURNING priority, n
+), dropped AS (
+    DELETE FROM @hive.claim_marks AS old USING added
+    WHERE old.pool = $2 AND old.priority = added.priority AND old.n < added.n
+)
+SELECT count(*) FROM added;
 
 -- now --
 -- The hive's clock.
