@@ -1,0 +1,328 @@
+"""A private Redis Cluster (3 masters, a replica each): the contract, the locks, budgets, and a fleet under faults.
+
+Every server here is private (``redis_cluster.PrivateCluster``, on free ports,
+stopped afterwards). The fleet test moves the hive's and a pool's slots to
+other masters and SIGKILLs a master while a fleet drains, each fault after a
+given number of items was handled (events, not sleeps), and checks every item
+DONE with the result of its final claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis_cluster
+from redis_cluster import PrivateCluster
+from redis_server import new_prefix
+from workhive_redis import RedisLocks, RedisStorage, parse_url
+from workhive_redis.cluster import ClusterClient
+
+import workhive
+from workhive.errors import ConfigError, StorageUnavailable
+from workhive.models import ItemState
+from workhive.testing import StorageContract
+from workhive.testing.budgets import BudgetContract
+from workhive.testing.clock import ManualClock
+from workhive.testing.locks import LockContract
+
+HERE = pathlib.Path(__file__).resolve().parent
+_cluster: PrivateCluster | None = None
+_prefixes: dict[pathlib.Path, str] = {}
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateCluster]:
+    """One cluster for the suites of this module (the fleet test kills a master: it starts its own)."""
+    global _cluster
+    cluster = PrivateCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        _cluster = cluster
+        yield cluster
+    finally:
+        _cluster = None
+        cluster.stop()
+
+
+def _url(tmp_path: pathlib.Path) -> str:
+    assert _cluster is not None
+    prefix = _prefixes.get(tmp_path)
+    if prefix is None:
+        prefix = _prefixes[tmp_path] = new_prefix()
+    return f"{_cluster.url}?prefix={prefix}"
+
+
+# -- URLs --------------------------------------------------------------------------------------
+def test_a_cluster_url_lists_its_nodes_and_hides_the_password() -> None:
+    cfg = parse_url("redis+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2,[::1]:7002/?prefix=p&retry_for=5")
+    assert cfg.nodes == (("10.0.0.1", 7000), ("10.0.0.2", 6379), ("::1", 7002))
+    assert (cfg.cluster, cfg.prefix, cfg.username, cfg.password) == (True, "p", "app", "s3cret")
+    assert cfg.display == "redis+cluster://10.0.0.1:7000,10.0.0.2:6379,[::1]:7002/0"
+    for text in (repr(cfg), cfg.display, cfg.where, RedisStorage("redis+cluster://:s3cret@h:1/").where):
+        assert "s3cret" not in text
+    tls = parse_url("rediss+cluster://h:7000/?ssl_cert_reqs=none")
+    assert tls.cluster and tls.tls == {"ssl_cert_reqs": "none"}
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("redis+cluster://h:7000/3", "only database 0"),
+        ("redis+cluster://h:7000,,h:7001/", "empty node"),
+        ("redis+cluster://h:7000,h:99999/", "malformed"),
+        ("redis+cluster://h:7000/?ssl_ca_certs=/x", "unknown option"),
+    ],
+)
+def test_malformed_cluster_urls_are_refused(url: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        RedisStorage(url)
+
+
+def test_the_plugin_opens_cluster_urls() -> None:
+    from workhive.plugin_manager import default_manager
+
+    manager = default_manager()
+    for scheme in ("redis+cluster", "rediss+cluster"):
+        assert manager.get("storage", scheme).name == "redis"
+        assert manager.get("locks", scheme).name == "redis"
+
+
+# -- on the cluster ------------------------------------------------------------------------------
+@pytest.mark.usefixtures("shared_cluster")
+class TestRedisClusterContract(StorageContract):
+    """The storage contract on the cluster: the masters' TIME, moved forward through ``clock_offset``."""
+
+    clock_drift = 5.0
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
+        offset = clock.offset if isinstance(clock, ManualClock) else None
+        return RedisStorage(_url(tmp_path), clock_offset=offset)
+
+    def make_missing_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
+        offset = clock.offset if isinstance(clock, ManualClock) else None
+        return RedisStorage(_url(tmp_path), clock_offset=offset, create=False)
+
+    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
+        return _url(tmp_path), {}
+
+
+@pytest.mark.usefixtures("shared_cluster")
+class TestRedisClusterLockContract(LockContract):
+    persistent_tokens = True
+
+    def make_provider(self, tmp_path: pathlib.Path) -> RedisLocks:
+        return RedisLocks(_url(tmp_path))
+
+
+@pytest.mark.usefixtures("shared_cluster")
+class TestRedisClusterBudgetContract(BudgetContract):
+    def make_backend(self, clock: ManualClock, tmp_path: pathlib.Path) -> RedisStorage:
+        return RedisStorage(_url(tmp_path), clock_offset=clock.offset)
+
+    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
+        return _url(tmp_path), {}
+
+
+def _pools_on_distinct_masters(cluster: PrivateCluster, prefix: str, count: int) -> list[str]:
+    """Pool names whose slots are served by ``count`` different masters."""
+    chosen: dict[int, str] = {}
+    for n in range(10_000):
+        name = f"pool{n}"
+        port = cluster.owner(ClusterClient.slot_of("{" + prefix + "/" + name + "}"))[1]
+        chosen.setdefault(port, name)
+        if len(chosen) == count:
+            return list(chosen.values())
+    raise AssertionError("no pool names spread over the masters")
+
+
+def test_a_plain_url_at_a_cluster_node_says_to_use_redis_cluster_and_leaves_nothing_listed(
+    shared_cluster: PrivateCluster,
+) -> None:
+    prefix = new_prefix()
+    hive_port = shared_cluster.owner(ClusterClient.slot_of("{" + prefix + "}"))[1]
+    other = _pools_on_distinct_masters(shared_cluster, prefix, 3)
+    elsewhere = next(
+        p for p in other if shared_cluster.owner(ClusterClient.slot_of(f"{{{prefix}/{p}}}"))[1] != hive_port
+    )
+    stray = next(p for p in other if p != elsewhere)
+
+    async def plain() -> None:
+        # The hive's own slot is on this node: opening works, the pool's slot is not.
+        async with workhive.open(f"redis://127.0.0.1:{hive_port}/0?prefix={prefix}") as hive:
+            with pytest.raises(StorageUnavailable, match=r"answered MOVED \d+ 127.0.0.1:\d+: this server is part of a "
+                               r"Redis Cluster: use redis\+cluster://127.0.0.1:"):  # fmt: skip
+                await hive.pool(elsewhere).push({"n": 1})
+
+    async def clustered() -> None:
+        async with workhive.open(f"{shared_cluster.url}?prefix={prefix}") as hive:
+            # The failed push stored nothing, so nothing is listed; every other pool works.
+            assert await hive.storage.pools() == []
+            await hive.pool(stray).push({"n": 2})
+            await hive.pool(elsewhere).push({"n": 3})
+            assert await hive.storage.pools() == sorted([stray, elsewhere])
+            assert (await hive.pool(elsewhere).stats()).pending == 1
+
+    asyncio.run(plain())
+    asyncio.run(clustered())
+
+
+def test_a_url_at_a_plain_server_says_it_is_no_cluster(tmp_path: pathlib.Path) -> None:
+    from redis_server import PrivateRedis
+
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+
+        async def main() -> None:
+            with pytest.raises(StorageUnavailable, match="not part of a Redis Cluster"):
+                async with workhive.open(f"redis+cluster://127.0.0.1:{server.port}/?prefix=p"):
+                    pass
+
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+# -- a fleet while slots move and a master fails over ---------------------------------------------
+PER_POOL = 400
+
+
+def _handled(log: pathlib.Path) -> list[tuple[float, str, int]]:
+    if not log.exists():
+        return []
+    rows = []
+    for line in log.read_text().splitlines():
+        at, item_id, token, _pid = line.split()
+        rows.append((float(at), item_id, int(token)))
+    return rows
+
+
+def _wait_for(what: str, check: Callable[[], bool], procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert all(p.poll() is None for p in procs), f"a fleet exited before {what}"
+        assert time.monotonic() < deadline, f"never reached: {what}"
+        time.sleep(0.05)
+
+
+def _stall(rows: list[tuple[float, str, int]], start: float) -> float:
+    """The longest gap between handled items from ``start`` on: how long the fleet stood still."""
+    times = sorted(t for t, _, _ in rows if t >= start)
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathlib.Path) -> None:
+    cluster = PrivateCluster(tmp_path / "cluster")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        cluster.start()
+        prefix = "drain"
+        url = f"{cluster.url}?prefix={prefix}&retry_for=60"
+        pools = _pools_on_distinct_masters(cluster, prefix, 3)
+        total = PER_POOL * len(pools)
+
+        async def push() -> dict[str, list[str]]:
+            async with workhive.open(url) as hive:
+                return {p: await hive.pool(p).push_many([{"n": i} for i in range(PER_POOL)]) for p in pools}
+
+        pushed = asyncio.run(push())
+        # What the fleet starts from is on the replicas too: only what happens during the drain is at risk.
+        redis_cluster._until("the pushed items replicated", cluster.replicated)
+        log = tmp_path / "handled.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+               "WORKHIVE_CLUSTER_LOG": str(log)}  # fmt: skip
+        for pool in pools:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "workhive",
+                        "--storage",
+                        url,
+                        "work",
+                        pool,
+                        "--handler",
+                        "redis_cluster:record",
+                        "--processes",
+                        "1",
+                        "--concurrency",
+                        "4",
+                        "--until-empty",
+                        "--lease",
+                        "10",
+                        "--heartbeat",
+                        "1",
+                        "--progress",
+                        "none",
+                    ],
+                    env=env,
+                    cwd=tmp_path,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        hive_slot = ClusterClient.slot_of("{" + prefix + "}")
+        moved_slot = ClusterClient.slot_of("{" + prefix + "/" + pools[0] + "}")
+
+        # Fault 1, after a quarter: the hive's slot and the first pool's slot move to other masters.
+        _wait_for("a quarter handled", lambda: len(_handled(log)) >= total // 4, procs, 120)
+        reshard_at = time.time()
+        ports = [port for _, port in cluster.masters()]
+        for slot in (hive_slot, moved_slot):
+            here = cluster.owner(slot)[1]
+            keys = cluster.migrate_slot(slot, next(p for p in ports if p != here))
+            assert keys > 0
+        # Fault 2, after half: the master of the second pool dies; its replica takes over.
+        _wait_for("half handled", lambda: len(_handled(log)) >= total // 2, procs, 120)
+        failover_at = time.time()
+        victim = cluster.owner(ClusterClient.slot_of("{" + prefix + "/" + pools[1] + "}"))[1]
+        cluster.kill_master(victim)
+        for proc in procs:
+            _out, err = proc.communicate(timeout=150)
+            assert proc.returncode == 0, f"a fleet exited with {proc.returncode}: {err.decode()[-3000:]}"
+
+        async def final() -> dict[str, list[Any]]:
+            async with workhive.open(url, create=False) as hive:
+                out: dict[str, list[Any]] = {}
+                for p in pools:
+                    stats = await hive.pool(p).stats()
+                    assert (stats.pending, stats.delayed, stats.claimed, stats.poisoned) == (0, 0, 0, 0), stats
+                    out[p] = await hive.pool(p).items(ItemState.DONE, limit=10 * PER_POOL)
+                return out
+
+        done = asyncio.run(final())
+        rows = _handled(log)
+        runs = Counter(item_id for _, item_id, _ in rows)
+        finished = {item.id: item for items in done.values() for item in items}
+        lost = [i for ids in pushed.values() for i in ids if i not in finished]
+        assert lost == [], f"pushed before the faults, acknowledged and replicated, yet gone: {lost[:5]}"
+        assert set(finished) == {i for ids in pushed.values() for i in ids}, "an item nobody pushed is DONE"
+        for item in finished.values():
+            # The stored result is the one of the item's final claim (a rerun's, after a failover).
+            assert item.result == {"token": item.token, "pid": item.result["pid"]}, item
+            assert runs[item.id] >= 1
+        duplicates = sum(c - 1 for c in runs.values())
+        print(
+            f"\ncluster drain: {total} items over {len(pools)} pools on 3 masters, 4 workers each; "
+            f"reshard (hive slot + 1 pool slot) at {total // 4} handled, master SIGKILLed at {total // 2}: "
+            f"DONE {len(finished)}, duplicates {duplicates}, lost {len(lost)}, longest stall after the reshard "
+            f"{_stall([r for r in rows if r[0] < failover_at], reshard_at):.2f} s, after the failover "
+            f"{_stall(rows, failover_at):.2f} s"
+        )
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        cluster.stop()
