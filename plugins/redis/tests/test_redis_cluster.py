@@ -176,6 +176,46 @@ def test_a_plain_url_at_a_cluster_node_says_to_use_redis_cluster_and_leaves_noth
     asyncio.run(clustered())
 
 
+def test_a_script_waits_while_its_slot_migrates_and_then_runs_whole(shared_cluster: PrivateCluster) -> None:
+    """Item keys move first, the sets a claim declares stay behind: the claim must not run half here, half there."""
+    cluster = shared_cluster
+    prefix, name = new_prefix(), "moving"
+    slot = ClusterClient.slot_of(f"{{{prefix}/{name}}}")
+
+    async def main() -> None:
+        async with workhive.open(f"{cluster.url}?prefix={prefix}") as hive:
+            pool = hive.pool(name)
+            await pool.push_many([{"n": i} for i in range(40)])
+            await pool.push({"later": True}, delay=3600)  # the delayed set exists
+            first = await pool.claim("w0", lease=600)  # and so does the leases set
+            assert first is not None
+            source = cluster.owner(slot)[1]
+            target = next(port for _, port in cluster.masters() if port != source)
+            cluster.begin_migration(slot, target)
+            with cluster.client(source) as c:
+                keys = c.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+            items = [k for k in keys if ":i:" in k]
+            cluster.move_keys(slot, target, items[: len(items) // 2])
+            refused = cluster.refusals()
+            claiming = asyncio.ensure_future(pool.claim_many(100, "w1", lease=600))
+            # Refused (TRYAGAIN/ASK) while the slot is split; it cannot finish before the migration does.
+            while cluster.refusals() == refused:
+                assert not claiming.done(), f"the claim ran on a slot in mid-migration: {claiming.result()!r}"
+                await asyncio.sleep(0.01)
+            assert not claiming.done()
+            cluster.finish_migration(slot, target)
+            claimed = await claiming
+            assert len(claimed) == 39 and first.id not in {i.id for i in claimed}
+            stats = await pool.stats()
+            assert (stats.pending, stats.delayed, stats.claimed) == (0, 1, 40)
+            for item in claimed:
+                stored = await pool.get(item.id)
+                assert stored is not None and stored.state is ItemState.CLAIMED and stored.claimed_by == "w1"
+            assert cluster.owner(slot)[1] == target
+
+    asyncio.run(main())
+
+
 def test_a_url_at_a_plain_server_says_it_is_no_cluster(tmp_path: pathlib.Path) -> None:
     from redis_server import PrivateRedis
 
@@ -275,19 +315,26 @@ def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathl
         hive_slot = ClusterClient.slot_of("{" + prefix + "}")
         moved_slot = ClusterClient.slot_of("{" + prefix + "/" + pools[0] + "}")
 
-        # Fault 1, after a quarter: the hive's slot and the first pool's slot move to other masters.
-        _wait_for("a quarter handled", lambda: len(_handled(log)) >= total // 4, procs, 120)
+        pool_of = {i: p for p, ids in pushed.items() for i in ids}
+
+        def handled(pool: str) -> int:
+            return sum(1 for _, item_id, _ in _handled(log) if pool_of[item_id] == pool)
+
+        # Fault 1, once a quarter of the first pool is handled: its slot and the hive's move to other masters.
+        _wait_for(f"a quarter of {pools[0]} handled", lambda: handled(pools[0]) >= PER_POOL // 4, procs, 120)
         reshard_at = time.time()
         ports = [port for _, port in cluster.masters()]
         for slot in (hive_slot, moved_slot):
             here = cluster.owner(slot)[1]
             keys = cluster.migrate_slot(slot, next(p for p in ports if p != here))
             assert keys > 0
-        # Fault 2, after half: the master of the second pool dies; its replica takes over.
-        _wait_for("half handled", lambda: len(_handled(log)) >= total // 2, procs, 120)
+        resharded_at = time.time()
+        # Fault 2, once half the second pool is handled: its master dies; its replica takes over.
+        _wait_for(f"half of {pools[1]} handled", lambda: handled(pools[1]) >= PER_POOL // 2, procs, 120)
         failover_at = time.time()
         victim = cluster.owner(ClusterClient.slot_of("{" + prefix + "/" + pools[1] + "}"))[1]
         cluster.kill_master(victim)
+        taken_over_at = time.time()
         for proc in procs:
             _out, err = proc.communicate(timeout=150)
             assert proc.returncode == 0, f"a fleet exited with {proc.returncode}: {err.decode()[-3000:]}"
@@ -313,12 +360,24 @@ def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathl
             assert item.result == {"token": item.token, "pid": item.result["pid"]}, item
             assert runs[item.id] >= 1
         duplicates = sum(c - 1 for c in runs.values())
+        # The faults landed mid-drain: each pool hit had items left to handle afterwards.
+        assert any(pool_of[i] == pools[0] and t > resharded_at for t, i, _ in rows), "pool 0 drained before the move"
+        assert any(pool_of[i] == pools[1] and t > failover_at for t, i, _ in rows), "pool 1 drained before the kill"
+
+        def stall(pool: str, start: float, end: float = float("inf")) -> float:
+            return _stall([r for r in rows if pool_of[r[1]] == pool and r[0] < end], start)
+
+        moved_stall = stall(pools[0], reshard_at, failover_at)
+        killed_stall = stall(pools[1], failover_at)
         print(
-            f"\ncluster drain: {total} items over {len(pools)} pools on 3 masters, 4 workers each; "
-            f"reshard (hive slot + 1 pool slot) at {total // 4} handled, master SIGKILLed at {total // 2}: "
-            f"DONE {len(finished)}, duplicates {duplicates}, lost {len(lost)}, longest stall after the reshard "
-            f"{_stall([r for r in rows if r[0] < failover_at], reshard_at):.2f} s, after the failover "
-            f"{_stall(rows, failover_at):.2f} s"
+            f"\ncluster drain: {total} items in {len(pools)} pools on 3 masters (1 replica each), a fleet of 4 "
+            f"workers per pool; slots of the hive and of {pools[0]} migrated at {PER_POOL // 4} of its items "
+            f"handled, the master of {pools[1]} SIGKILLed at {PER_POOL // 2} of its items: DONE {len(finished)}, "
+            f"duplicates {duplicates}, lost {len(lost)}; longest stall: {pools[0]} during the reshard "
+            f"{moved_stall:.2f} s, {pools[1]} after the kill {killed_stall:.2f} s, whole fleet after the kill "
+            f"{_stall(rows, failover_at):.2f} s (handlers run the claims they hold meanwhile); the migration "
+            f"took {resharded_at - reshard_at:.2f} s, the replica served the dead master's slots "
+            f"{taken_over_at - failover_at:.2f} s after the kill"
         )
     finally:
         for proc in procs:

@@ -223,7 +223,7 @@ class ClusterClient(RedisClient):
             for run in runs:
                 await self._settle(run, calls, replies, write=True, budget=budget)
         else:
-            await asyncio.gather(*(self._settle(run, calls, replies, write=False, budget=budget) for run in runs))
+            await self._settle(list(range(len(calls))), calls, replies, write=False, budget=budget)
         return replies
 
     def _routed(self, command: Sequence[Any]) -> tuple[int, tuple[Any, ...]]:
@@ -246,17 +246,19 @@ class ClusterClient(RedisClient):
 
     async def _settle(
         self,
-        run: list[int],
+        indexes: list[int],
         calls: list[tuple[int, tuple[Any, ...]]],
         replies: list[Any],
         *,
         write: bool,
         budget: float,
     ) -> None:
-        """Send the commands of one slot until each ran, then fill in ``replies`` (see the module docstring)."""
+        """Send ``indexes`` of ``calls`` until each ran, then fill in ``replies`` (see the module docstring).
+
+        One round trip per master (per redirect target) each time round.
+        """
         errors = self._errors
-        slot = calls[run[0]][0]
-        pending = list(run)
+        pending = list(indexes)
         asking: dict[int, tuple[str, int]] = {}
         started = time.monotonic()
         deadline = started + budget
@@ -265,26 +267,30 @@ class ClusterClient(RedisClient):
         redirects = 0
         while True:
             epoch = self._epoch
-            address = self._slots[slot]
-            if address is None:
-                await self._read_map(epoch, retry_for=max(0.0, deadline - time.monotonic()))
+            groups: dict[tuple[tuple[str, int], bool], list[int]] = {}
+            for index in pending:
+                if index in asking:
+                    groups.setdefault((asking[index], True), []).append(index)
+                    continue
+                slot = calls[index][0]
                 address = self._slots[slot]
                 if address is None:
-                    raise StorageUnavailable(
-                        f"Redis Cluster at {self.config.where}: no master serves hash slot {slot}; "
-                        "check the cluster (redis-cli --cluster check host:port)",
-                        where=self.config.where,
-                    )
-            groups: dict[tuple[str, int], list[int]] = {}
-            for index in pending:
-                groups.setdefault(asking.get(index, address), []).append(index)
+                    await self._read_map(epoch, retry_for=max(0.0, deadline - time.monotonic()))
+                    address = self._slots[slot]
+                    if address is None:
+                        raise StorageUnavailable(
+                            f"Redis Cluster at {self.config.where}: no master serves hash slot {slot}; "
+                            "check the cluster (redis-cli --cluster check host:port)",
+                            where=self.config.where,
+                        )
+                groups.setdefault((address, False), []).append(index)
             again: list[int] = []
             asking_next: dict[int, tuple[str, int]] = {}
             remap = wait = False
-            for target, indexes in groups.items():
+            for (target, asked), group in groups.items():
                 node = self._node(target)
                 try:
-                    got = await self._send(node, [calls[i][1] for i in indexes], asking=target != address)
+                    got = await self._send(node, [calls[i][1] for i in group], asking=asked)
                 except _Dropped as dropped:
                     tls = tls_problem(node.config, dropped.exc)
                     if tls is not None:
@@ -293,9 +299,9 @@ class ClusterClient(RedisClient):
                         self._forget(epoch)
                         raise dropped_in_flight(node.config, dropped.exc) from None
                     last, remap, wait = dropped.exc, True, True
-                    again += indexes
+                    again += group
                     continue
-                for index, reply in zip(indexes, got):
+                for index, reply in zip(group, got):
                     if not isinstance(reply, errors.ResponseError):
                         replies[index] = reply
                     elif isinstance(reply, errors.AskError) and not isinstance(reply, errors.MovedError):
