@@ -141,6 +141,13 @@ class PrivateCluster:
                 return node_id, node["port"]
         raise RuntimeError(f"no live master serves slot {slot}")
 
+    def serves(self, slot: int, port: int) -> bool:
+        """True when the master on ``port`` serves ``slot`` (False while no live master does)."""
+        try:
+            return self.owner(slot)[1] == port
+        except RuntimeError:
+            return False
+
     def masters(self) -> list[tuple[str, int]]:
         return sorted(
             (i, n["port"]) for i, n in self.topology().items() if n["master"] and not n["failed"] and n["slots"]
@@ -157,19 +164,17 @@ class PrivateCluster:
                 return False
         return True
 
-    def migrate_slot(self, slot: int, to_port: int, keys_per_step: int = 5) -> int:
+    def migrate_slot(self, slot: int, to_port: int, keys_per_step: int = 10) -> int:
         """Move ``slot`` to the master on ``to_port`` the way ``redis-cli --cluster reshard`` does; keys moved."""
-        if self.owner(slot)[1] == to_port:
+        source_port = self.owner(slot)[1]
+        if source_port == to_port:
             return 0
         self.begin_migration(slot, to_port)
         moved = 0
-        while True:
-            with self.client(self.owner(slot)[1]) as source:
-                keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_step)
-            if not keys:
-                break
-            self.move_keys(slot, to_port, keys)
-            moved += len(keys)
+        with self.client(source_port) as source:
+            while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_step):
+                source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 10000, "KEYS", *keys)
+                moved += len(keys)
         self.finish_migration(slot, to_port)
         return moved
 
@@ -210,6 +215,13 @@ class PrivateCluster:
                 stats = c.info("errorstats")
             total += sum(v["count"] for k, v in stats.items() if k in ("errorstat_TRYAGAIN", "errorstat_ASK"))
         return total
+
+    def replica_of(self, port: int) -> PrivateRedis:
+        """The replica of the master on ``port``."""
+        nodes = self.topology()
+        master_id = next(i for i, n in nodes.items() if n["port"] == port)
+        replica_port = next(n["port"] for n in nodes.values() if n["master_id"] == master_id and not n["failed"])
+        return next(n for n in self.nodes if n.port == replica_port)
 
     def kill_master(self, port: int) -> None:
         """SIGKILL the master on ``port`` and wait until a replica serves its slots."""

@@ -132,10 +132,8 @@ class ClusterClient(RedisClient):
         self._hive_slot = self.slot_of("{" + config.prefix + "}")
         self._epoch = 0
         self._mapping: asyncio.Lock | None = None
-        #: the last master seen for each slot, and each master's replicas (never forgotten: failovers are
-        #: told from reshards by them)
+        #: the last master seen for each slot (never forgotten: failovers are told from reshards by it)
         self._owners: list[tuple[str, int] | None] = [None] * SLOTS
-        self._replicas: dict[tuple[str, int], set[tuple[str, int]]] = {}
         self._failovers = [0] * SLOTS
 
     @staticmethod
@@ -448,28 +446,26 @@ class ClusterClient(RedisClient):
         """Take ``CLUSTER SLOTS``' reply as the map; False when it names no master."""
         slots: list[tuple[str, int] | None] = [None] * SLOTS
         masters: list[tuple[str, int]] = []
-        replicas: dict[tuple[str, int], set[tuple[str, int]]] = {}
-
-        def address_of(node: Any) -> tuple[str, int]:
-            host = node[0] if isinstance(node[0], str) and node[0] not in ("", "?") else asked[0]
-            return host, int(node[1])
-
         for entry in reply:
-            start, end, address = int(entry[0]), int(entry[1]), address_of(entry[2])
+            start, end, master = int(entry[0]), int(entry[1]), entry[2]
+            host = master[0] if isinstance(master[0], str) and master[0] not in ("", "?") else asked[0]
+            address = (host, int(master[1]))
             if address not in masters:
                 masters.append(address)
-            replicas.setdefault(address, set()).update(address_of(r) for r in entry[3:])
             for slot in range(start, end + 1):
                 slots[slot] = address
         if not masters:
             return False
-        # A slot now served by what was its master's replica failed over; a slot that moved to
-        # another master was resharded (MIGRATE copies its keys whole, nothing is lost).
+        # A slot now served by a node that served no slot before was taken over by a replica (a
+        # failover); one that moved to another master was resharded (MIGRATE copies keys whole).
+        # CLUSTER SLOTS lists a replica only once its master gossiped a replication offset, so
+        # replicas are told by this rather than by that list. A slot moved to a brand-new master
+        # counts as a failover too: its claims are given back and run again, nothing is lost.
+        before_masters = {address for address in self._owners if address is not None}
         for slot, (before, after) in enumerate(zip(self._owners, slots)):
-            if before is not None and after is not None and before != after and after in self._replicas.get(before, ()):
+            if before is not None and after is not None and before != after and after not in before_masters:
                 self._failovers[slot] += 1
         # Slots no master serves (a cluster answering CLUSTERDOWN) keep their last known owner.
         self._owners = [after or before for before, after in zip(self._owners, slots)]
-        self._replicas.update(replicas)
         self._slots, self._masters = slots, masters
         return True
