@@ -31,7 +31,7 @@ from workhive_redis.cluster import ClusterClient
 import workhive
 from workhive.errors import ConfigError, ItemNotFound, StorageUnavailable
 from workhive.models import ItemState
-from workhive.testing import StorageContract
+from workhive.testing import StorageContract, StorageStatefulContract
 from workhive.testing.budgets import BudgetContract
 from workhive.testing.clock import ManualClock
 from workhive.testing.locks import LockContract
@@ -115,6 +115,17 @@ class TestRedisClusterContract(StorageContract):
 
     def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
         return _url(tmp_path), {}
+
+
+@pytest.mark.usefixtures("shared_cluster")
+class TestRedisClusterStatefulContract(StorageStatefulContract):
+    """The model test on the cluster: the masters' TIME, moved forward through ``clock_offset``."""
+
+    clock_drift = 5.0
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
+        offset = clock.offset if isinstance(clock, ManualClock) else None
+        return RedisStorage(_url(tmp_path), clock_offset=offset)
 
 
 @pytest.mark.usefixtures("shared_cluster")
@@ -213,6 +224,18 @@ def test_a_script_waits_while_its_slot_migrates_and_then_runs_whole(shared_clust
                 stored = await pool.get(item.id)
                 assert stored is not None and stored.state is ItemState.CLAIMED and stored.claimed_by == "w1"
             assert cluster.owner(slot)[1] == target
+
+    asyncio.run(main())
+
+
+def test_a_wrong_password_on_a_cluster_is_refused_at_once_without_showing_it(shared_cluster: PrivateCluster) -> None:
+    url = shared_cluster.url.replace("redis+cluster://", "redis+cluster://nobody:n0t-the-Pa55@") + "?prefix=p"
+
+    async def main() -> None:
+        with pytest.raises(StorageUnavailable, match="refused the login") as info:
+            async with workhive.open(url):
+                pass
+        assert "n0t-the-Pa55" not in str(info.value)
 
     asyncio.run(main())
 

@@ -160,7 +160,8 @@ class ClusterClient(RedisClient):
 
     def pubsub(self) -> Any:
         """A redis-py ``PubSub`` on the hive slot's master: a cluster delivers every ``PUBLISH`` to every node."""
-        return self._node(self._slots[self._hive_slot] or self.config.nodes[0]).pubsub()
+        slot = self._hive_slot
+        return self._node(self._slots[slot] or self._owners[slot] or self.config.nodes[0]).pubsub()
 
     async def load_scripts(self, *, retry_for: float | None = None) -> None:
         """``SCRIPT LOAD`` every script on every master."""
@@ -202,7 +203,7 @@ class ClusterClient(RedisClient):
         Writes go one slot after another, each run of one slot's commands in
         one round trip, the next run only once the previous one succeeded: a
         caller's order across slots holds (the worker's pool set before its
-        first claim in a pool). Reads of several masters go to them at once.
+        first claim in a pool). Reads go in one round trip per master.
         """
         if self._closed:
             raise StorageUnavailable(
@@ -328,11 +329,11 @@ class ClusterClient(RedisClient):
             if not wait and redirects <= _MAX_REDIRECTS:
                 continue  # MOVED and ASK are followed at once: the new owner has the key
             if time.monotonic() + pause > deadline:
-                raise self._gave_up(last, budget, write)
+                raise self._gave_up(last, budget)
             await asyncio.sleep(pause * (0.5 + random.random() / 2))
             pause = min(_MAX_PAUSE, pause * 2)
 
-    def _gave_up(self, last: BaseException | None, budget: float, write: bool) -> StorageError:
+    def _gave_up(self, last: BaseException | None, budget: float) -> StorageError:
         errors = self._errors
         if last is None or isinstance(last, (errors.ConnectionError, errors.TimeoutError, OSError)):
             return unreachable(self.config, last or ConnectionError("no master answered"), budget)
@@ -367,6 +368,8 @@ class ClusterClient(RedisClient):
                     replies.append(exc)
             node._release(conn)
             conn = None
+        except errors.AuthenticationError as exc:  # a ConnectionError subclass, but waiting will not mend it
+            raise refusal(node.config, errors, exc) from None
         except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
             raise _Dropped(exc, sent, node) from None
         finally:
@@ -429,7 +432,7 @@ class ClusterClient(RedisClient):
                         self._epoch += 1
                         return
                 if time.monotonic() + pause > deadline:
-                    raise self._gave_up(last, retry_for, False)
+                    raise self._gave_up(last, retry_for)
                 await asyncio.sleep(pause * (0.5 + random.random() / 2))
                 pause = min(_MAX_PAUSE, pause * 2)
 
