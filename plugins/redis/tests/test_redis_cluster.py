@@ -45,7 +45,7 @@ _prefixes: dict[pathlib.Path, str] = {}
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateCluster]:
     """One cluster for the suites of this module (the fleet test kills a master: it starts its own)."""
     global _cluster
-    cluster = PrivateCluster(tmp_path_factory.mktemp("cluster"))
+    cluster = PrivateCluster(tmp_path_factory.mktemp("cluster"), node_timeout_ms=redis_cluster.CALM_NODE_TIMEOUT_MS)
     try:
         cluster.start()
         _cluster = cluster
