@@ -254,5 +254,6 @@ def record(ctx: Any) -> dict[str, Any]:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
-    time.sleep(0.02)  # a little work (at most 200 items/s for 4 workers), so the drain lasts through the faults
+    # A little work (20 ms: at most 200 items/s for 4 workers), so the drain lasts through the faults.
+    time.sleep(float(os.environ.get("WORKHIVE_CLUSTER_SLEEP", "0.02")))
     return {"token": ctx.item.token, "pid": os.getpid()}

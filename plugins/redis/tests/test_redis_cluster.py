@@ -371,6 +371,9 @@ def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathl
         log = tmp_path / "handled.log"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
                "WORKHIVE_CLUSTER_LOG": str(log)}  # fmt: skip
+        # The pool whose master is killed is worked slowest (50 ms an item), so it is still
+        # draining however long the migration before the kill takes on a loaded machine.
+        slow = {pools[1]: "0.05"}
         for pool in pools:
             procs.append(
                 subprocess.Popen(
@@ -396,7 +399,7 @@ def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathl
                         "--progress",
                         "none",
                     ],
-                    env=env,
+                    env={**env, "WORKHIVE_CLUSTER_SLEEP": slow.get(pool, "0.02")},
                     cwd=tmp_path,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -462,12 +465,12 @@ def test_a_fleet_drains_while_slots_move_and_a_master_fails_over(tmp_path: pathl
 
         print(
             f"\ncluster drain: {total} items in {len(pools)} pools on 3 masters (1 replica each), a fleet of 4 "
-            f"workers per pool; slots of the hive and of {pools[0]} migrated once {PER_POOL // 4} of its items "
-            f"were handled ({resharded_at - reshard_at:.2f} s), the master of {pools[1]} SIGKILLed once "
-            f"{sizes[pools[1]] // 3} of its items were (its replica served the dead master's slots "
-            f"{taken_over_at - failover_at:.2f} s later): DONE {len(finished)}, duplicates {duplicates}, "
-            f"lost {len(lost)}; longest time without a completion: {pools[0]} from the migration's start "
-            f"{stall(pools[0], reshard_at, failover_at):.2f} s, {pools[1]} from the kill "
+            f"workers per pool (20 ms an item, {pools[1]} 50 ms); slots of the hive and of {pools[0]} migrated "
+            f"once {PER_POOL // 4} of its items were handled ({resharded_at - reshard_at:.2f} s), the master of "
+            f"{pools[1]} SIGKILLed once {sizes[pools[1]] // 3} of its items were (its replica served the dead "
+            f"master's slots {taken_over_at - failover_at:.2f} s later): DONE {len(finished)}, duplicates "
+            f"{duplicates}, lost {len(lost)}; longest time without a completion: {pools[0]} from the migration's "
+            f"start {stall(pools[0], reshard_at, failover_at):.2f} s, {pools[1]} from the kill "
             f"{stall(pools[1], failover_at):.2f} s"
         )
     finally:
