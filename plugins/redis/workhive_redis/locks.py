@@ -121,7 +121,9 @@ class RedisLocks:
             try:
                 if timeout != 0:
                     with contextlib.suppress(Exception):
-                        await self._wakeups.subscribe(channel)
+                        # Bounded: a subscription never confirmed must not hold the waiter; without
+                        # it the loop below still wakes when the holder's key ends.
+                        await asyncio.wait_for(self._wakeups.subscribe(channel), self.config.lease)
                 got, detail = await self._try(name, member, ttl_f, worker_id)
                 if got:
                     return detail  # type: ignore[no-any-return]
