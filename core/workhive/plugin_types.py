@@ -42,9 +42,18 @@ def _schemes(value: Iterable[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+#: a URL scheme may also join words with '+' or '.' (RFC 3986: redis+cluster)
+_SCHEME_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_+.][a-z0-9]+)*")
+
+
 def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     for scheme in value:
-        _check_name(instance, attribute, scheme)
+        if not isinstance(scheme, str) or _SCHEME_NAME.fullmatch(scheme) is None or len(scheme) > 64:
+            raise PluginValidationError(
+                f"{type(instance).__name__}.{attribute.name} {scheme!r} is invalid: use lowercase letters, "
+                "digits, '-', '_', '+' or '.', starting with a letter (at most 64 characters)",
+                value=scheme,
+            )
 
 
 @attrs.frozen

@@ -50,7 +50,7 @@ from workhive.models import (
 )
 from workhive.schedules import Schedule
 from workhive_redis.budget import take_budget
-from workhive_redis.connections import RedisClient
+from workhive_redis.cluster import client_for
 from workhive_redis.keys import HiveKeys, PoolKeys
 from workhive_redis.schedules import RedisSchedules
 from workhive_redis.schema import SCHEMA_VERSION, ensure_schema
@@ -110,12 +110,14 @@ class RedisStorage:
         self._clock = clock
         self._create = create
         self.keys = HiveKeys(self.config.prefix)
-        self._client = RedisClient(self.config)
+        self._client = client_for(self.config)
         self._schedules = RedisSchedules(self._client, self.keys, self._pk, self.where)
         self._wakeups = Wakeups(self._client)
         self._pool_keys: dict[str, PoolKeys] = {}
         self._pool_numbers: dict[str, int] = {}
         self._claimed_from: set[tuple[str, str]] = set()
+        #: (worker, pool) -> failovers of the pool's slot already handled (clusters: see _failed_over)
+        self._failovers_seen: dict[tuple[str, str], int] = {}
         self._open = False
 
     def __repr__(self) -> str:
@@ -215,6 +217,9 @@ class RedisStorage:
     async def _claim_call(
         self, pool: str, worker_id: str, script: str, keys: tuple[str, ...], args: tuple[Any, ...]
     ) -> Any:
+        failovers = getattr(self._client, "failovers", None)
+        if failovers is not None:  # counted before the claim: one during it makes the next heartbeat release
+            self._failovers_seen.setdefault((worker_id, pool), int(failovers(keys[0])))
         before = self._claiming(pool, worker_id)
         sha = self._client.scripts[script].sha
         call = ("EVALSHA", sha, len(keys), *keys, *args)
@@ -516,9 +521,33 @@ class RedisStorage:
             calls = []
             for pool in pools:
                 k = self._pk(pool)
-                calls.append(("EVALSHA", sha, 2, k.leases, k.held(worker_id), self._off(), worker_id, k.base))
+                if self._failed_over(worker_id, pool):
+                    calls.append(self._release_worker_call(pool, worker_id, False))
+                else:
+                    calls.append(("EVALSHA", sha, 2, k.leases, k.held(worker_id), self._off(), worker_id, k.base))
             await self._client.pipeline(calls, write=True)
         return record
+
+    def _failed_over(self, worker_id: str, pool: str) -> bool:
+        """True once after a replica took over ``pool``'s slot since this worker claimed there (clusters only).
+
+        Replication is asynchronous: the promoted replica may lack a completion,
+        failure or release its master acknowledged, and then shows the item still
+        claimed by this worker, which has moved on. Extending that lease would keep
+        the item from everyone for as long as the worker lives, so the heartbeat
+        gives back the worker's claims in that pool instead (without spending an
+        attempt): each runs again (at-least-once), and the worker's own completion
+        of one it still runs is refused by its fencing token.
+        """
+        failovers = getattr(self._client, "failovers", None)
+        if failovers is None:
+            return False
+        count = int(failovers(self._pk(pool).ready))
+        seen = self._failovers_seen.setdefault((worker_id, pool), count)
+        if count == seen:
+            return False
+        self._failovers_seen[(worker_id, pool)] = count
+        return True
 
     async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
         keys = self.keys

@@ -38,6 +38,16 @@ ACL_RULES = (
 )
 
 
+#: redis-py's classes for the replies only a cluster node gives, and the reply's first word
+_CLUSTER_REPLIES = {
+    "MovedError": "MOVED",
+    "AskError": "ASK",
+    "TryAgainError": "TRYAGAIN",
+    "ClusterDownError": "CLUSTERDOWN",
+    "ClusterCrossSlotError": "CROSSSLOT",
+}
+
+
 def acl_rules(prefix: str) -> str:
     """The ACL rules (``ACL SETUSER user on >password RULES``) that let a user run workhive under ``prefix``."""
     return ACL_RULES.format(prefix=prefix)
@@ -56,6 +66,17 @@ def refusal(config: RedisConfig, errors: Any, exc: Exception) -> StorageError:
     """
     where = config.where
     text = reason(exc)
+    # redis-py strips the word from a redirect ("9567 127.0.0.1:7001" was a MOVED): name it again.
+    redirect = _CLUSTER_REPLIES.get(type(exc).__name__) or next(
+        (word for word in _CLUSTER_REPLIES.values() if text.startswith(word)), None
+    )
+    if redirect is not None and not config.cluster:
+        return StorageUnavailable(
+            f"Redis at {where} answered {redirect} {text.removeprefix(redirect).strip()}: this server is part of a "
+            f"Redis Cluster: use redis+cluster://{where}/ (more nodes may follow, comma-separated: "
+            "redis+cluster://host:port,host:port/?prefix=…) so workhive follows the cluster's slots",
+            where=where,
+        )
     if isinstance(exc, errors.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
         return StorageUnavailable(
             f"Redis at {where} refused the login ({text}); check the user name and the password (in the URL, "

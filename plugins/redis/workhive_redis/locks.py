@@ -32,7 +32,7 @@ from typing import Any
 
 from workhive.errors import LockNotHeld, LockSystemError, StorageError
 from workhive.locks import HeldLock, LockHolder, check_lock_args, check_lock_name, lock_timeout_error, report_overdue
-from workhive_redis.connections import RedisClient
+from workhive_redis.cluster import client_for
 from workhive_redis.keys import HiveKeys
 from workhive_redis.url import RedisConfig, parse_url
 from workhive_redis.wakeups import Wakeups
@@ -74,7 +74,7 @@ class RedisLocks:
     def __init__(self, url: str) -> None:
         self.config: RedisConfig = parse_url(url)
         self.keys = HiveKeys(self.config.prefix)
-        self._client = RedisClient(self.config)
+        self._client = client_for(self.config)
         self._wakeups = Wakeups(self._client)
         self._held: dict[str, tuple[str, str]] = {}  # owner -> (name, member)
         self._keepalive: asyncio.Task[None] | None = None
@@ -121,7 +121,9 @@ class RedisLocks:
             try:
                 if timeout != 0:
                     with contextlib.suppress(Exception):
-                        await self._wakeups.subscribe(channel)
+                        # Bounded: a subscription never confirmed must not hold the waiter; without
+                        # it the loop below still wakes when the holder's key ends.
+                        await asyncio.wait_for(self._wakeups.subscribe(channel), self.config.lease)
                 got, detail = await self._try(name, member, ttl_f, worker_id)
                 if got:
                     return detail  # type: ignore[no-any-return]

@@ -66,13 +66,18 @@ async def ensure_schema(client: RedisClient, keys: HiveKeys, config: RedisConfig
 
 
 async def find_keys(client: RedisClient, keys: HiveKeys) -> str | None:
-    """One key under this prefix, if any (a prefix used by someone else, or a half-deleted hive)."""
-    for pattern in keys.patterns:
-        cursor = "0"
-        while True:
-            cursor, found = await client.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            if found:
-                return str(found[0])
-            if cursor == "0" or cursor == 0:
-                break
+    """One key under this prefix, if any (a prefix used by someone else, or a half-deleted hive).
+
+    On a Redis Cluster every master is scanned: each holds the keys of its slots.
+    """
+    primaries = getattr(client, "primaries", None)
+    for node in primaries() if primaries is not None else [client]:
+        for pattern in keys.patterns:
+            cursor = "0"
+            while True:
+                cursor, found = await node.command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                if found:
+                    return str(found[0])
+                if cursor == "0" or cursor == 0:
+                    break
     return None

@@ -5,6 +5,8 @@ Forms::
     redis://[[user]:password@]host[:port][/db][?option=value&...]
     rediss://...                                   the same over TLS
     unix:///path/to/redis.sock[?db=N&option=value&...]
+    redis+cluster://[[user]:password@]host:port[,host:port...][/0][?option=value&...]
+    rediss+cluster://...                           a Redis Cluster over TLS
 
 Options: ``prefix`` (default ``workhive``: several hives can share one
 server under different prefixes), ``retry_for`` (seconds a dropped
@@ -45,6 +47,8 @@ _TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 #: where a URL without a password finds one, in this order (redis-cli reads REDISCLI_AUTH)
 PASSWORD_VARIABLES = ("WORKHIVE_REDIS_PASSWORD", "REDISCLI_AUTH")
 _SCHEMES = ("redis", "rediss", "unix")
+#: a Redis Cluster: the nodes listed are where discovery starts (workhive_redis.cluster)
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
 @attrs.frozen
@@ -70,10 +74,19 @@ class RedisConfig:
     timeout: float = 10.0
     lease: float = 10.0
     tls: dict[str, str] = attrs.field(factory=dict)
+    #: a cluster URL's seed nodes, (host, port) each; () for one server
+    nodes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def cluster(self) -> bool:
+        """True for ``redis+cluster://`` and ``rediss+cluster://``."""
+        return bool(self.nodes)
 
     @property
     def where(self) -> str:
         """``host:port`` or the socket path: what messages name (never a password)."""
+        if self.nodes:
+            return "cluster " + ",".join(_host_port(h, p) for h, p in self.nodes)
         return self.path if self.path is not None else f"{self.host}:{self.port}"
 
     @property
@@ -81,6 +94,8 @@ class RedisConfig:
         """The URL without credentials and options: ``redis://host:port/db``."""
         if self.path is not None:
             return f"unix://{self.path}?db={self.db}"
+        if self.nodes:
+            return f"{self.scheme}://{','.join(_host_port(h, p) for h, p in self.nodes)}/0"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}/{self.db}"
 
@@ -104,6 +119,27 @@ class RedisConfig:
             kwargs["host"], kwargs["port"] = self.host, self.port
             kwargs.update(self.tls)
         return kwargs
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _cluster_nodes(shown: str, netloc: str) -> tuple[tuple[str, int], ...]:
+    """The ``host:port`` list of a cluster URL (urlsplit reads one host only)."""
+    nodes = []
+    for part in netloc.rpartition("@")[2].split(","):
+        try:
+            probe = urlsplit(f"//{part}")
+            host, port = probe.hostname, probe.port
+        except ValueError as exc:
+            raise ConfigError(f"Redis URL {shown!r}: node {part!r} is malformed ({exc})", url=shown) from None
+        if not host:
+            raise ConfigError(
+                f"Redis URL {shown!r} lists an empty node: write redis+cluster://host:port,host:port/", url=shown
+            )
+        nodes.append((host, port or 6379))
+    return tuple(dict.fromkeys(nodes))
 
 
 def _number(shown: str, name: str, value: str, *, minimum: float) -> float:
@@ -139,6 +175,8 @@ def parse_url(url: object) -> RedisConfig:
     'localhost:6379'
     >>> parse_url("unix:///run/redis.sock?db=3").db
     3
+    >>> parse_url("redis+cluster://10.0.0.1:7000,10.0.0.2:7000/?prefix=p").nodes
+    (('10.0.0.1', 7000), ('10.0.0.2', 7000))
     """
     if not isinstance(url, str):
         raise ConfigError(f"a Redis URL must be a string, got {type(url).__name__}")
@@ -146,18 +184,23 @@ def parse_url(url: object) -> RedisConfig:
     check_userinfo(url, "Redis URL")
     try:
         parts = urlsplit(url)
-        port = parts.port
+        # A cluster URL lists several host:port pairs, which urlsplit cannot read as one port.
+        port = None if parts.scheme.lower() in CLUSTER_SCHEMES else parts.port
     except ValueError as exc:
         raise ConfigError(f"Redis URL {shown!r} is malformed ({exc}); write redis://host:6379/0", url=shown) from None
     scheme = parts.scheme.lower()
-    if scheme not in _SCHEMES:
+    if scheme not in _SCHEMES + CLUSTER_SCHEMES:
         raise ConfigError(
-            f"{shown!r} is not a Redis URL: write redis://host:6379/0, rediss://host:6380/0 (TLS) or "
-            "unix:///path/to/redis.sock",
+            f"{shown!r} is not a Redis URL: write redis://host:6379/0, rediss://host:6380/0 (TLS), "
+            "unix:///path/to/redis.sock or redis+cluster://host:port,host:port/ (a Redis Cluster)",
             url=shown,
         )
+    nodes: tuple[tuple[str, int], ...] = ()
+    if scheme in CLUSTER_SCHEMES:
+        nodes = _cluster_nodes(shown, parts.netloc)
+        port = nodes[0][1]
     query = url_query(url, "Redis URL")
-    known = _OPTIONS + (_TLS_OPTIONS if scheme == "rediss" else ())
+    known = _OPTIONS + (_TLS_OPTIONS if scheme.startswith("rediss") else ())
     unknown = sorted(set(query) - set(known))
     if unknown:
         raise ConfigError(
@@ -173,7 +216,7 @@ def parse_url(url: object) -> RedisConfig:
         if parts.hostname or not path.startswith("/"):
             raise ConfigError(f"Redis URL {shown!r}: write unix:///absolute/path/to/redis.sock", url=shown)
     else:
-        host, path = parts.hostname, None
+        host, path = (nodes[0][0] if nodes else parts.hostname), None
         if not host:
             raise ConfigError(f"Redis URL {shown!r} names no host: write redis://host:6379/0", url=shown)
         port = port or 6379
@@ -190,6 +233,8 @@ def parse_url(url: object) -> RedisConfig:
                 url=shown,
             )
         db = int(db_text)
+    if nodes and db != 0:
+        raise ConfigError(f"Redis URL {shown!r}: a Redis Cluster has only database 0", url=shown)
     prefix = query.get("prefix", "workhive")
     if _PREFIX.fullmatch(prefix) is None:
         raise ConfigError(
@@ -225,4 +270,5 @@ def parse_url(url: object) -> RedisConfig:
         timeout=_number(shown, "timeout", query.get("timeout", "10"), minimum=0.001),
         lease=_number(shown, "lease", query.get("lease", "10"), minimum=0.05),
         tls=tls,
+        nodes=nodes,
     )

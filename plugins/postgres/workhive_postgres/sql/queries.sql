@@ -460,7 +460,8 @@ DELETE FROM @hive.schedules WHERE name = $1;
 -- schedule_fire --
 -- Schedule $2 fires tick $3 (clock offset $1): if no tick at or after it was fired,
 -- record it and push one pending item (payload $4, priority $5, max_attempts $6, delay
--- $7) to the schedule's pool, record the pool and wake its waiters on channel $8. One
+-- $7) to the schedule's pool, record the pool and its band (claims read a pool's
+-- priorities from claim_bands) and wake its waiters on channel $8. One
 -- statement: the UPDATE's row lock makes a concurrent fire of the same tick wait, then
 -- see the tick recorded and push nothing. Returns the item's id and pool, or no row.
 WITH fired AS (
@@ -473,6 +474,8 @@ WITH fired AS (
     RETURNING id, pool
 ), known AS (
     INSERT INTO @hive.pools (pool) SELECT pool FROM fired ON CONFLICT DO NOTHING
+), bands AS (
+    INSERT INTO @hive.claim_bands (pool, priority) SELECT pool, $5 FROM fired ON CONFLICT DO NOTHING
 ), woken AS (
     SELECT count(pg_notify($8, pool)) AS n FROM fired
 )
