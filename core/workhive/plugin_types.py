@@ -19,6 +19,8 @@ from workhive.urls import redact_url
 __all__ = ["BackoffPlugin", "CredentialsPlugin", "LocksPlugin", "StoragePlugin", "PLUGIN_KINDS"]
 
 _PLUGIN_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+#: a URL scheme may also join words with ``+`` or ``.`` (RFC 3986: ``redis+sentinel``)
+_SCHEME_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_+.][a-z0-9]+)*")
 
 
 def _check_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -44,7 +46,12 @@ def _schemes(value: Iterable[str]) -> tuple[str, ...]:
 
 def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
     for scheme in value:
-        _check_name(instance, attribute, scheme)
+        if not isinstance(scheme, str) or _SCHEME_NAME.fullmatch(scheme) is None or len(scheme) > 64:
+            raise PluginValidationError(
+                f"{type(instance).__name__}.{attribute.name} {scheme!r} is invalid: use lowercase letters, "
+                "digits, '-', '_', '+' or '.', starting with a letter (at most 64 characters)",
+                value=scheme,
+            )
 
 
 @attrs.frozen

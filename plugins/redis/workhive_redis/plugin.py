@@ -1,4 +1,4 @@
-"""The ``redis`` plugin: storage (``redis://``, ``rediss://``, ``unix://``) and fleet-wide locks.
+"""The ``redis`` plugin: storage (``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://``) and fleet-wide locks.
 
 This module imports nothing heavy; redis-py and the backend load when a
 Redis URL is opened.
@@ -12,6 +12,9 @@ from workhive.hookspecs import hookimpl
 from workhive.plugin_types import LocksPlugin, StoragePlugin
 
 __all__ = ["workhive_locks", "workhive_storage"]
+
+#: storage and locks answer the same URLs (the locks are the default on this storage)
+_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 
 
 def _open(url: str, **options: Any) -> Any:
@@ -31,8 +34,8 @@ def workhive_storage() -> StoragePlugin:
     return StoragePlugin(
         name="redis",
         factory=_open,
-        description="Redis server: one Lua script per operation, safe across machines (redis://, rediss://, unix://)",
-        schemes=("redis", "rediss", "unix"),
+        description="Redis server: one Lua script per operation, safe across machines (redis://, rediss://, unix://, redis+sentinel://)",
+        schemes=_SCHEMES,
         options=("clock_offset", "create", "clock"),
     )
 
@@ -43,5 +46,5 @@ def workhive_locks() -> LocksPlugin:
         name="redis",
         factory=_open_locks,
         description="fleet-wide locks on Redis: rising fencing tokens, a dead holder's lock frees itself",
-        schemes=("redis", "rediss", "unix"),
+        schemes=_SCHEMES,
     )
