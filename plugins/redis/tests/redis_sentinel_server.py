@@ -177,6 +177,14 @@ class SentinelSetup:
         finally:
             client.close()
 
+    def cut_replica_link(self) -> None:
+        """The master closes its replicas' connections (``CLIENT KILL TYPE replica``)."""
+        client = _client(self.master.port)
+        try:
+            client.client_kill_filter(_type="replica")
+        finally:
+            client.close()
+
     def kill_master(self) -> None:
         """SIGKILL the master: no shutdown, what the replica did not receive is gone."""
         self.master.kill()

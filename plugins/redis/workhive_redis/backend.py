@@ -535,6 +535,8 @@ class RedisStorage:
             holding = self._holding.setdefault(pool, {})
             for item in items:
                 holding[item.id] = (str(item.claimed_by), item.token)
+                # A failover from here on may lose what this worker finishes: its heartbeat checks.
+                self._failovers_seen.setdefault(str(item.claimed_by), self._client.failovers)
         return items
 
     def _let_go(self, pool: str, item_id: str, token: int) -> None:
