@@ -57,12 +57,25 @@ from workhive_redis.luafiles import Script, load_scripts
 from workhive_redis.sentinel import MasterFinder, SentinelConfig
 from workhive_redis.url import RedisConfig
 
-__all__ = ["RedisClient"]
+__all__ = ["RedisClient", "check_cancelled"]
 
 #: idle connections kept open; more are opened under load and closed when returned
 MAX_IDLE = 64
 _FIRST_PAUSE = 0.05
 _MAX_PAUSE = 2.0
+
+
+def check_cancelled() -> None:
+    """Raise ``CancelledError`` if this task was cancelled and the cancellation got lost on the way.
+
+    redis-py's ``connect()`` (redis-py 8, Python 3.11) can return normally to a task
+    cancelled while it connected; a lock waiter cancelled then went on waiting for
+    ever. ``Task.cancelling()`` (3.11+) still says the cancellation is pending.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
 
 
 class RedisClient:
@@ -193,6 +206,7 @@ class RedisClient:
                 self._release(conn)
                 conn = None
                 if failure is None:
+                    check_cancelled()
                     return replies
                 raise failure
             except errors.NoScriptError:
@@ -254,6 +268,7 @@ class RedisClient:
             await self._drop(conn)
         conn = self.new_connection()
         await conn.connect()
+        check_cancelled()
         return conn
 
     async def _follow_master(self, finder: MasterFinder) -> None:
