@@ -19,6 +19,8 @@ from workhive.urls import redact_url
 __all__ = ["BackoffPlugin", "CredentialsPlugin", "LocksPlugin", "StoragePlugin", "PLUGIN_KINDS"]
 
 _PLUGIN_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
+#: a URL scheme may also join words with ``+`` or ``.`` (RFC 3986: ``redis+cluster``, ``redis+sentinel``)
+_SCHEME_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_+.][a-z0-9]+)*")
 
 
 def _check_name(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
@@ -40,10 +42,6 @@ def _check_callable(instance: Any, attribute: attrs.Attribute[Any], value: Any) 
 def _schemes(value: Iterable[str]) -> tuple[str, ...]:
     # A typed converter: mypy cannot see through ``converter=tuple`` for str input.
     return (value,) if isinstance(value, str) else tuple(value)
-
-
-#: a URL scheme may also join words with '+' or '.' (RFC 3986: redis+cluster)
-_SCHEME_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_+.][a-z0-9]+)*")
 
 
 def _check_schemes(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:

@@ -107,7 +107,19 @@ def url_query(url: str, what: str = "URL") -> dict[str, str]:
 # -- user names and passwords ----------------------------------------------------------
 _T = TypeVar("_T")
 _SECRET_PARAMS = frozenset(
-    {"password", "passwd", "pass", "token", "secret", "key", "api_key", "apikey", "sslpassword", "ssl_password"}
+    {
+        "password",
+        "passwd",
+        "pass",
+        "token",
+        "secret",
+        "key",
+        "api_key",
+        "apikey",
+        "sslpassword",
+        "ssl_password",
+        "sentinel_password",
+    }
 )
 _AUTHORITY_START = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.\-_]*://")
 #: characters that end the host part of a URL: in a password they make urlsplit (and every

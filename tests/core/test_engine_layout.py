@@ -28,7 +28,12 @@ REQUIRED = {"__init__.py", "plugin.py", "url.py", "backend.py", "budget.py", "fa
 WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
 OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
 #: Engine-specific modules, named for what they hold (CONTRIBUTING's "extra" row).
-EXTRA = {"memory": {"items.py"}, "sqlite": {"ops.py"}, "postgres": set(), "redis": {"keys.py", "cluster.py"}}
+EXTRA = {
+    "memory": {"items.py"},
+    "sqlite": {"ops.py"},
+    "postgres": set(),
+    "redis": {"keys.py", "cluster.py", "sentinel.py"},
+}
 #: Which of WHERE_NEEDED each engine must have.
 CONCERNS = {
     "memory": {"failures.py"},

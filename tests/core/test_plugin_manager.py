@@ -53,6 +53,16 @@ def test_lookup_by_scheme_alias() -> None:
     assert manager.get("storage", "postgres").name == "postgres"
 
 
+def test_a_scheme_may_join_words_with_plus_but_a_name_may_not() -> None:
+    """``redis+sentinel://`` needs a scheme with ``+`` (RFC 3986); plugin names keep their stricter form."""
+    manager = PluginManager(entry_points=False, extra=[("r", storage_plugin("redis", "redis+sentinel"))])
+    assert manager.get("storage", "redis+sentinel").name == "redis"
+    with pytest.raises(PluginValidationError, match="redis sentinel"):
+        workhive.StoragePlugin(name="redis", factory=lambda url: url, schemes=("redis sentinel",))
+    with pytest.raises(PluginValidationError, match="redis\\+sentinel"):
+        workhive.StoragePlugin(name="redis+sentinel", factory=lambda url: url)
+
+
 def test_two_plugins_claiming_one_name_are_refused_naming_both() -> None:
     with pytest.raises(PluginConflict) as err:
         PluginManager(entry_points=False, extra=[("a", storage_plugin("dup")), ("b", storage_plugin("dup"))])

@@ -120,3 +120,35 @@ def test_a_server_that_keeps_loading_fails_after_retry_for_naming_the_wait(clock
     asyncio.run(main())
     # It gave up when the next pause (at most 2 s) would have passed retry_for, not before.
     assert 18 <= clock.slept <= 20
+
+
+def test_a_lock_waiter_cancelled_while_it_connects_stops_and_leaves_nothing_held() -> None:
+    """redis-py's connect() can return normally to a task cancelled meanwhile (redis-py 8, Python 3.11):
+    the waiter then went on waiting for ever (the lock contract's cancelled-waiter test hung under load).
+    The cancel lands at many points of a first acquire, most of them inside connecting."""
+    prefix = new_prefix()
+
+    async def once(delay: float) -> None:
+        url = url_for(prefix)
+        locks, other = RedisLocks(url), RedisLocks(url)
+        try:
+            held = await locks.acquire("cancel", ttl=None, timeout=5, worker_id=None)
+            waiter = asyncio.create_task(other.acquire("cancel", ttl=None, timeout=None, worker_id=None))
+            await asyncio.sleep(delay)
+            waiter.cancel()
+            # A hang detector, not a time measured: a waiter that swallowed its cancel never ends.
+            done, _ = await asyncio.wait({waiter}, timeout=120)
+            assert done, f"the waiter cancelled after {delay}s kept waiting"
+            assert waiter.cancelled() or waiter.exception() is None
+            await locks.release(held)
+            again = await locks.acquire("cancel", ttl=None, timeout=0, worker_id=None)
+            await locks.release(again)
+        finally:
+            await locks.close()
+            await other.close()
+
+    async def main() -> None:
+        for step in range(40):
+            await once(step * 0.0005)
+
+    asyncio.run(main())

@@ -117,8 +117,12 @@ class RedisStorage:
         self._pool_numbers: dict[str, int] = {}
         self._claimed_from: set[tuple[str, str]] = set()
         #: (worker, pool) -> failovers of the pool's slot already handled (clusters: see _failed_over)
-        self._failovers_seen: dict[tuple[str, str], int] = {}
+        self._slot_failovers_seen: dict[tuple[str, str], int] = {}
         self._open = False
+        # Behind Sentinel (workhive_redis.sentinel): the claims this process holds and has not
+        # finished, pool -> item id -> (worker, token), and the failovers each worker's heartbeat saw.
+        self._holding: dict[str, dict[str, tuple[str, int]]] = {}
+        self._failovers_seen: dict[str, int] = {}
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"
@@ -217,9 +221,9 @@ class RedisStorage:
     async def _claim_call(
         self, pool: str, worker_id: str, script: str, keys: tuple[str, ...], args: tuple[Any, ...]
     ) -> Any:
-        failovers = getattr(self._client, "failovers", None)
+        failovers = getattr(self._client, "slot_failovers", None)
         if failovers is not None:  # counted before the claim: one during it makes the next heartbeat release
-            self._failovers_seen.setdefault((worker_id, pool), int(failovers(keys[0])))
+            self._slot_failovers_seen.setdefault((worker_id, pool), int(failovers(keys[0])))
         before = self._claiming(pool, worker_id)
         sha = self._client.scripts[script].sha
         call = ("EVALSHA", sha, len(keys), *keys, *args)
@@ -287,7 +291,7 @@ class RedisStorage:
         reply = await self._claim_call(
             pool, worker_id, "claim", (k.ready, k.delayed, k.leases), (self._off(), worker_id, limit, _num(lease))
         )
-        return self._claimed(reply, 0, pool, worker_id, float(lease))
+        return self._hold(pool, self._claimed(reply, 0, pool, worker_id, float(lease)))
 
     async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
         if not acks:
@@ -317,6 +321,8 @@ class RedisStorage:
             for reply, where in zip(await self._client.pipeline(calls, write=True), places):
                 for index, ok in zip(where, reply):
                     out[index] = ok == 1
+        for ack in acks:
+            self._let_go(pool, ack.item_id, ack.token)
         return out
 
     async def complete_and_claim(
@@ -333,9 +339,10 @@ class RedisStorage:
             (k.ready, k.delayed, k.leases, k.done),
             (self._off(), ack.item_id, ack.token, ack.result or "", worker_id, limit, _num(lease)),
         )
+        self._let_go(pool, ack.item_id, ack.token)
         if reply == 0:
             return False, []
-        return True, self._claimed(reply, 1, pool, worker_id, float(lease))
+        return True, self._hold(pool, self._claimed(reply, 1, pool, worker_id, float(lease)))
 
     async def fail(
         self, pool: str, item_id: str, token: int, error: str, retry_in: float, poison: bool
@@ -349,6 +356,7 @@ class RedisStorage:
             (k.ready, k.delayed, k.leases, k.dead),
             (self._off(), item_id, token, error, _num(retry_in), "1" if poison else "0", k.wake),
         )
+        self._let_go(pool, item_id, token)
         return None if reply == 0 else _STATES[reply]
 
     async def release(self, pool: str, item_id: str, token: int, delay: float) -> bool:
@@ -358,6 +366,7 @@ class RedisStorage:
         reply = await self._client.run(
             "release", (k.ready, k.delayed, k.leases), (self._off(), item_id, token, _num(delay), k.wake)
         )
+        self._let_go(pool, item_id, token)
         return bool(reply == 1)
 
     async def extend(self, pool: str, item_id: str, token: int, lease: float) -> float | None:
@@ -416,6 +425,7 @@ class RedisStorage:
         return sum(int(r[0]) for r in replies), sum(int(r[1]) for r in replies)
 
     async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
+        self._let_go_of_worker(pool, worker_id)
         if pool is not None:
             call = self._release_worker_call(pool, worker_id, spend_attempt)
             reply = (await self._client.pipeline([call], write=True))[0]
@@ -526,6 +536,10 @@ class RedisStorage:
                 else:
                     calls.append(("EVALSHA", sha, 2, k.leases, k.held(worker_id), self._off(), worker_id, k.base))
             await self._client.pipeline(calls, write=True)
+        if self._client.follows_master and self._client.failovers != self._failovers_seen.setdefault(
+            worker_id, self._client.failovers
+        ):
+            await self._after_failover(worker_id, pools)
         return record
 
     def _failed_over(self, worker_id: str, pool: str) -> bool:
@@ -539,15 +553,63 @@ class RedisStorage:
         attempt): each runs again (at-least-once), and the worker's own completion
         of one it still runs is refused by its fencing token.
         """
-        failovers = getattr(self._client, "failovers", None)
+        failovers = getattr(self._client, "slot_failovers", None)
         if failovers is None:
             return False
         count = int(failovers(self._pk(pool).ready))
-        seen = self._failovers_seen.setdefault((worker_id, pool), count)
+        seen = self._slot_failovers_seen.setdefault((worker_id, pool), count)
         if count == seen:
             return False
-        self._failovers_seen[(worker_id, pool)] = count
+        self._slot_failovers_seen[(worker_id, pool)] = count
         return True
+
+    # -- Sentinel failovers (workhive_redis.sentinel) --------------------------
+    def _hold(self, pool: str, items: list[WorkItem]) -> list[WorkItem]:
+        if self._client.follows_master and items:
+            holding = self._holding.setdefault(pool, {})
+            for item in items:
+                holding[item.id] = (str(item.claimed_by), item.token)
+                # A failover from here on may lose what this worker finishes: its heartbeat checks.
+                self._failovers_seen.setdefault(str(item.claimed_by), self._client.failovers)
+        return items
+
+    def _let_go(self, pool: str, item_id: str, token: int) -> None:
+        holding = self._holding.get(pool)
+        if holding is not None and holding.get(item_id, ("", None))[1] == token:
+            del holding[item_id]
+
+    def _let_go_of_worker(self, pool: str | None, worker_id: str) -> None:
+        for name, holding in self._holding.items():
+            if pool is None or name == pool:
+                for item_id in [i for i, (w, _) in holding.items() if w == worker_id]:
+                    del holding[item_id]
+
+    async def _after_failover(self, worker_id: str, pools: list[str]) -> None:
+        """Give back the claims a failover handed this worker again although this process finished them.
+
+        Replication is asynchronous: a completion (or failure, or release) the
+        old master acknowledged may not have reached the replica it promoted,
+        where the item is still claimed by this worker, and every heartbeat
+        would extend that lease for as long as the worker lives. Such an item
+        is in the worker's held set but no longer among this process's claims:
+        released here (fenced by its token, no attempt spent), it runs again.
+        A claim whose reply was still on its way is released too; its
+        completion is then refused, and the item runs again: at-least-once.
+        """
+        failovers = self._client.failovers
+        for pool in pools:
+            k = self._pk(pool)
+            holding = self._holding.get(pool, {})
+            ids = sorted(await self._client.command("SMEMBERS", k.held(worker_id)))
+            if not ids:
+                continue
+            records = await self._client.pipeline([("HMGET", k.item(i), "st", "cb", "tk") for i in ids], write=False)
+            for item_id, (state, owner, token) in zip(ids, records):
+                if state != ItemState.CLAIMED.value or owner != worker_id or token is None:
+                    continue
+                if holding.get(item_id) != (worker_id, int(token)):
+                    await self.release(pool, item_id, int(token), 0.0)
+        self._failovers_seen[worker_id] = failovers
 
     async def set_worker_status(self, worker_id: str, status: WorkerStatus, detail: str | None) -> None:
         keys = self.keys

@@ -436,7 +436,12 @@ class ClusterClient(RedisClient):
                 await asyncio.sleep(pause * (0.5 + random.random() / 2))
                 pause = min(_MAX_PAUSE, pause * 2)
 
-    def failovers(self, key: str) -> int:
+    @property
+    def follows_master(self) -> bool:
+        """False: a cluster's failovers are told per slot (``slot_failovers``), not by sentinels."""
+        return False
+
+    def slot_failovers(self, key: str) -> int:
         """How many times this client saw a replica take over the slot of ``key`` (see the backend's heartbeat).
 
         A promoted replica may lack the last writes its master acknowledged

@@ -28,6 +28,12 @@ Failures, and who retries:
   certificate does not list, a refused handshake): raised at once, not retried.
   No message
   ever contains the password (the messages are ``workhive_redis.failures``').
+* Behind Sentinel (``redis+sentinel://``), new connections go to the master
+  the sentinels name (``workhive_redis.sentinel.MasterFinder``). A connection
+  error, or a ``READONLY`` reply (the server was demoted to a replica: nothing
+  was applied), makes the client forget that master and ask again; while the
+  sentinels name none, or name one that refuses, calls are retried as above,
+  then ``StorageUnavailable`` names the service and the sentinels.
 """
 
 from __future__ import annotations
@@ -39,16 +45,37 @@ from collections.abc import Sequence
 from typing import Any
 
 from workhive.errors import StorageError, StorageUnavailable
-from workhive_redis.failures import dropped_in_flight, refusal, still_loading, tls_problem, unreachable
+from workhive_redis.failures import (
+    dropped_in_flight,
+    read_only,
+    refusal,
+    still_loading,
+    tls_problem,
+    unreachable,
+)
 from workhive_redis.luafiles import Script, load_scripts
+from workhive_redis.sentinel import MasterFinder, SentinelConfig
 from workhive_redis.url import RedisConfig
 
-__all__ = ["RedisClient"]
+__all__ = ["RedisClient", "check_cancelled"]
 
 #: idle connections kept open; more are opened under load and closed when returned
 MAX_IDLE = 64
 _FIRST_PAUSE = 0.05
 _MAX_PAUSE = 2.0
+
+
+def check_cancelled() -> None:
+    """Raise ``CancelledError`` if this task was cancelled and the cancellation got lost on the way.
+
+    redis-py's ``connect()`` (redis-py 8, Python 3.11) can return normally to a task
+    cancelled while it connected; a lock waiter cancelled then went on waiting for
+    ever. ``Task.cancelling()`` (3.11+) still says the cancellation is pending.
+    """
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None and cancelling():
+        raise asyncio.CancelledError
 
 
 class RedisClient:
@@ -63,6 +90,9 @@ class RedisClient:
         self._closed = True
         self._errors: Any = None
         self._dropping: set[asyncio.Future[None]] = set()
+        self._finder: MasterFinder | None = None  # behind Sentinel: who the master is
+        #: how many times the master the sentinels name changed while this client was open
+        self.failovers = 0
 
     # -- lifecycle --------------------------------------------------------------
     async def open(self, *, retry_for: float | None = None) -> None:
@@ -74,11 +104,13 @@ class RedisClient:
         kwargs = self.config.connection_kwargs()
         if self.config.path is not None:
             self._connection_class = connection.UnixDomainSocketConnection
-        elif self.config.scheme == "rediss":
+        elif self.config.scheme in ("rediss", "rediss+sentinel"):
             self._connection_class = connection.SSLConnection
         else:
             self._connection_class = connection.Connection
         self._kwargs = kwargs
+        if isinstance(self.config, SentinelConfig) and self._finder is None:
+            self._finder = MasterFinder(self.config)
         self._closed = False
         await self.load_scripts(retry_for=retry_for)
 
@@ -87,6 +119,14 @@ class RedisClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             await self._drop(conn)
+        finder, self._finder = self._finder, None
+        if finder is not None:
+            await finder.close()
+
+    @property
+    def follows_master(self) -> bool:
+        """Whether the server is whichever one the sentinels name master (``redis+sentinel://``)."""
+        return isinstance(self.config, SentinelConfig)
 
     def new_connection(self, **overrides: Any) -> Any:
         """An unconnected redis-py connection with this server's settings (pub/sub uses its own)."""
@@ -166,6 +206,7 @@ class RedisClient:
                 self._release(conn)
                 conn = None
                 if failure is None:
+                    check_cancelled()
                     return replies
                 raise failure
             except errors.NoScriptError:
@@ -181,18 +222,31 @@ class RedisClient:
                 raise refusal(self.config, errors, exc) from None
             except errors.NoPermissionError as exc:
                 raise refusal(self.config, errors, exc) from None
+            except errors.ReadOnlyError as exc:
+                if self._finder is None:
+                    raise refusal(self.config, errors, exc) from None
+                # Behind Sentinel: the server we took for the master is a replica now (a failover
+                # demoted it), which refused the write before applying anything. Ask again.
+                self._finder.forget()
+                await self._drop_idle()
+                if time.monotonic() + pause > deadline:
+                    raise read_only(self.config, exc, budget) from None
             except errors.ResponseError as exc:
                 raise refusal(self.config, errors, exc) from None
             except (errors.ConnectionError, errors.TimeoutError, OSError) as exc:
                 if conn is not None:
                     await self._drop(conn)
                     conn = None
+                if self._finder is not None:
+                    self._finder.forget()  # gone, or failed over: ask the sentinels on the next attempt
                 tls = tls_problem(self.config, exc)
                 if tls is not None:
                     raise tls from None
                 if sent and write:
                     raise dropped_in_flight(self.config, exc) from None
                 if time.monotonic() + pause > deadline:
+                    if isinstance(exc, StorageUnavailable):  # the sentinels named no master: their words
+                        raise StorageUnavailable(f"{exc} (retried for {budget:g}s)", where=self.config.where) from None
                     raise unreachable(self.config, exc, budget) from None
             finally:
                 if conn is not None:
@@ -202,6 +256,8 @@ class RedisClient:
 
     # -- connections --------------------------------------------------------------
     async def _connection(self) -> Any:
+        if self._finder is not None:
+            await self._follow_master(self._finder)
         idle = self._idle
         while idle:
             conn = idle.pop()
@@ -212,7 +268,23 @@ class RedisClient:
             await self._drop(conn)
         conn = self.new_connection()
         await conn.connect()
+        check_cancelled()
         return conn
+
+    async def _follow_master(self, finder: MasterFinder) -> None:
+        """Point new connections at the master the sentinels name; drop idle ones to any other server."""
+        address = await finder.master()
+        known = (self._kwargs.get("host"), self._kwargs.get("port"))
+        if known != address:
+            if known[0] is not None:
+                self.failovers += 1
+            self._kwargs["host"], self._kwargs["port"] = address
+            await self._drop_idle()
+
+    async def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await self._drop(conn)
 
     def _release(self, conn: Any) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE:

@@ -17,6 +17,7 @@ __all__ = [
     "ACL_RULES",
     "acl_rules",
     "dropped_in_flight",
+    "read_only",
     "reason",
     "refusal",
     "still_loading",
@@ -120,6 +121,16 @@ def dropped_in_flight(config: RedisConfig, exc: BaseException) -> OutcomeUnknown
     return OutcomeUnknown(
         f"the connection to Redis at {config.where} dropped while a write was in flight "
         f"({reason(exc)}): it was applied once or not at all",
+        where=config.where,
+    )
+
+
+def read_only(config: RedisConfig, exc: BaseException, budget: float) -> StorageUnavailable:
+    """Behind Sentinel: the server named master kept answering ``READONLY`` (a replica) for ``budget`` seconds."""
+    return StorageUnavailable(
+        f"Redis at {config.where} kept refusing writes as a replica ({reason(exc)}) after workhive asked the "
+        f"sentinels again for {budget:g}s; check that their failover finished (SENTINEL MASTERS) and that the "
+        "master they name is not configured as a replica",
         where=config.where,
     )
 

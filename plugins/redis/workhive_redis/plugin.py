@@ -1,4 +1,5 @@
-"""The ``redis`` plugin: storage (``redis://``, ``rediss://``, ``unix://``, ``redis+cluster://``) and fleet-wide locks.
+"""The ``redis`` plugin: storage and fleet-wide locks (``redis://``, ``rediss://``, ``unix://``,
+``redis+cluster://``, ``redis+sentinel://``).
 
 This module imports nothing heavy; redis-py and the backend load when a
 Redis URL is opened.
@@ -13,8 +14,8 @@ from workhive.plugin_types import LocksPlugin, StoragePlugin
 
 __all__ = ["workhive_locks", "workhive_storage"]
 
-#: storage and locks read the same URLs (workhive_redis.url): one server, or a cluster's nodes
-_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+#: storage and locks answer the same URLs (workhive_redis.url): one server, a cluster's nodes, or sentinels
+_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 
 
 def _open(url: str, **options: Any) -> Any:
@@ -35,8 +36,8 @@ def workhive_storage() -> StoragePlugin:
         name="redis",
         factory=_open,
         description=(
-            "Redis server or Redis Cluster: one Lua script per operation, safe across machines "
-            "(redis://, rediss://, unix://, redis+cluster://)"
+            "Redis server, Redis Cluster or Sentinel: one Lua script per operation, safe across machines "
+            "(redis://, rediss://, unix://, redis+cluster://, redis+sentinel://)"
         ),
         schemes=_SCHEMES,
         options=("clock_offset", "create", "clock"),

@@ -7,6 +7,7 @@ Forms::
     unix:///path/to/redis.sock[?db=N&option=value&...]
     redis+cluster://[[user]:password@]host:port[,host:port...][/0][?option=value&...]
     rediss+cluster://...                           a Redis Cluster over TLS
+    redis+sentinel://[[user]:password@]host:port,host:port/SERVICE[/db][?...]   see workhive_redis.sentinel
 
 Options: ``prefix`` (default ``workhive``: several hives can share one
 server under different prefixes), ``retry_for`` (seconds a dropped
@@ -180,6 +181,10 @@ def parse_url(url: object) -> RedisConfig:
     """
     if not isinstance(url, str):
         raise ConfigError(f"a Redis URL must be a string, got {type(url).__name__}")
+    if url.split(":", 1)[0].lower() in ("redis+sentinel", "rediss+sentinel"):
+        from workhive_redis.sentinel import parse_sentinel_url  # it reads the rest with this function
+
+        return parse_sentinel_url(url)
     shown = redact_url(url)
     check_userinfo(url, "Redis URL")
     try:
@@ -192,7 +197,8 @@ def parse_url(url: object) -> RedisConfig:
     if scheme not in _SCHEMES + CLUSTER_SCHEMES:
         raise ConfigError(
             f"{shown!r} is not a Redis URL: write redis://host:6379/0, rediss://host:6380/0 (TLS), "
-            "unix:///path/to/redis.sock or redis+cluster://host:port,host:port/ (a Redis Cluster)",
+            "unix:///path/to/redis.sock, redis+cluster://host:port,host:port/ (a Redis Cluster) "
+            "or redis+sentinel://host:26379,host:26380/SERVICE",
             url=shown,
         )
     nodes: tuple[tuple[str, int], ...] = ()

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from workhive_redis.connections import RedisClient
+from workhive_redis.connections import RedisClient, check_cancelled
 
 __all__ = ["Wakeups"]
 
@@ -66,6 +66,11 @@ class Wakeups:
                 if self._conn is None:
                     conn = self._client.pubsub()
                     await conn.connect()
+                    try:
+                        check_cancelled()
+                    except asyncio.CancelledError:
+                        await conn.aclose()
+                        raise
                     self._conn = conn
                     self._reader = asyncio.get_running_loop().create_task(self._read(conn))
                 confirmed = self._subscribed.get(channel)
