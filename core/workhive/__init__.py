@@ -53,6 +53,7 @@ from workhive.errors import (
     PoolNotFound,
     RateLimited,
     SchemaVersionError,
+    StepsUnsupported,
     StorageCorrupt,
     StorageError,
     StorageUnavailable,
@@ -70,6 +71,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -80,7 +82,7 @@ from workhive.plugin_manager import PluginInfo, PluginManager
 from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
 from workhive.pool import Pool
 from workhive.shared_state import SharedState
-from workhive.storage import CompletesAndClaims, StorageBackend
+from workhive.storage import CompletesAndClaims, KeepsSteps, StorageBackend
 from workhive.urls import redact_url
 from workhive.workers import Workers
 
@@ -144,6 +146,9 @@ __all__ = [
     "ReapedWorker",
     "SchemaVersionError",
     "SharedState",
+    "StepRecord",
+    "StepsUnsupported",
+    "KeepsSteps",
     "TakesBudget",
     "StorageBackend",
     "StorageCorrupt",

@@ -19,6 +19,7 @@ The tree, so a caller can see at a glance what there is to catch::
     │   ├── WorkerNotFound
     │   └── HiveNotFound                    a read-only command found no hive at that URL
     ├── LeaseLost                           stale fencing token: the claim is gone
+    ├── StepsUnsupported                    the storage backend keeps no durable steps
     ├── WorkerLost                          this worker was reaped; it must stop
     ├── StorageError                        the backend itself failed
     │   ├── StorageUnavailable (ConnectionError)
@@ -71,6 +72,7 @@ __all__ = [
     "RateLimited",
     "SchemaVersionError",
     "StorageError",
+    "StepsUnsupported",
     "StorageUnavailable",
     "WorkerLost",
     "WorkerNotFound",
@@ -155,6 +157,13 @@ class HiveNotFound(NotFound):
 
 class LeaseLost(WorkhiveError):
     """This claim is no longer valid (its lease expired or the item moved on); drop the item, do not retry the call."""
+
+
+class StepsUnsupported(WorkhiveError):
+    """This storage backend keeps no durable steps (``ctx.step``); use memory, SQLite, PostgreSQL or Redis storage.
+
+    A third-party backend gains them by implementing ``workhive.storage.KeepsSteps``.
+    """
 
 
 class WorkerLost(WorkhiveError):

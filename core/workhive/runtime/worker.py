@@ -496,7 +496,9 @@ class Worker:
             finally:
                 key.usage = ctx.usage
 
-    def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
+    def _context(
+        self, item: WorkItem, credential: Credential | None = None, loop: asyncio.AbstractEventLoop | None = None
+    ) -> HandlerContext:
         rt = self.rt
         return HandlerContext(
             item=item,
@@ -505,6 +507,7 @@ class Worker:
             worker_id=self.worker_id,
             credential=credential,
             logger=rt.handler_logger,
+            loop=loop,  # built in a thread: the loop its steps go through (ctx.step)
         )
 
     async def _settle(self, item: WorkItem, exc: Exception | None, result: Any, key: KeyUse | None = None) -> None:
@@ -559,7 +562,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         async with rt.gate.shared():
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
-                rt.executor, self._call_in_thread, items, start
+                rt.executor, self._call_in_thread, items, start, loop
             )
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
@@ -595,7 +598,7 @@ class Worker:
         await self._fail(item, text)
 
     def _call_in_thread(
-        self, items: list[WorkItem], start: int
+        self, items: list[WorkItem], start: int, loop: asyncio.AbstractEventLoop | None = None
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
         # Runs in the thread pool: reads the stop flags, never touches the event loop.
         rt = self.rt
@@ -610,7 +613,7 @@ class Worker:
             rt.emit(ev.START, self.worker_id, item.id, item.token, 0)
             started = time.perf_counter()
             try:
-                result = function(self._context(item))
+                result = function(self._context(item, loop=loop))
             except BaseException as exc:
                 ran.append((item, None, exc, time.perf_counter() - started))
                 break

@@ -73,6 +73,11 @@ _STATEMENT_DIGESTS = {
     "clock_set_anchor": "c8f7c9d97717ab7d",
     "clock_seen": "36e1aa94b9b3103c",
     "user_tables": "a5e242d2bdf7f44c",
+    # durable steps (schema version 5)
+    "step_claim_is_current": "bd4c4da38d9e9b42",
+    "step_insert": "011b4c6b28a3331d",
+    "step_list": "c35f69d3ac8a0988",
+    "step_clear": "7cd86a40a9bea2ac",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
 _GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}
