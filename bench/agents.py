@@ -7,7 +7,10 @@ fake LLM API (``workhive.demo.fake_api.FakeLLMApi``, extended here with an
 ``/v1/agent-step`` route answering after 20-50 ms). One fleet of 2 worker
 processes x 16 workers (``workhive work --processes 2 --concurrency 16``)
 drains the items of each variant while a nemesis SIGKILLs a random worker
-process every ``--kill-every`` seconds (the supervisor starts a replacement):
+process every ``--kill-every`` seconds (the supervisor starts a replacement;
+a kill waits until both processes are up again, since the supervisor spaces
+frequent restarts up to 5 s apart and ends a fleet that restarts more than 30
+times a minute):
 
 * ``steps``: every call is ``ctx.step("s<k>", call)``: a later claim replays
   finished calls from the hive and makes only the one in flight again;
@@ -272,12 +275,16 @@ def run_fleet(
             time.sleep(0.02)
             if time.monotonic() < next_kill:
                 continue
-            next_kill += kill_every
             victims = children_of(fleet.pid)
-            if victims:
-                with _ignore_gone():
-                    os.kill(rng.choice(victims), signal.SIGKILL)
-                    kills.append(time.time())
+            if len(victims) < 2:
+                # A replacement is still on its way: the supervisor spaces restarts that come often (up to
+                # 5 s apart), so killing now would leave the fleet with no workers, or end it (more than 30
+                # restarts a minute is a crash loop to it). The kill waits for both processes.
+                continue
+            next_kill = time.monotonic() + kill_every
+            with _ignore_gone():
+                os.kill(rng.choice(victims), signal.SIGKILL)
+                kills.append(time.time())
         _out, err = fleet.communicate(timeout=60)
     finally:
         if fleet.poll() is None:

@@ -157,7 +157,6 @@ class StepJournal:
 
     async def _store(self, key: str, value: Any, failed: bool) -> None:
         await self._pool.put_step(self._claim, key, value, failed=failed)
-        assert self._stored is not None
         self._used.add(key)
         self._running.discard(key)
 
@@ -169,8 +168,7 @@ class StepJournal:
         """The async form: replay the stored result, or call ``fn`` (sync ones in a thread) and store it."""
         key = self._begin(key)
         try:
-            steps_of(self._pool.name, self._pool._backend)
-            await self._load()
+            await self._load()  # StepsUnsupported here, before fn is called, on a backend without steps
             found, value = self._replayed(key)
             if found:
                 return value
@@ -209,7 +207,6 @@ class StepJournal:
             return asyncio.run_coroutine_threadsafe(wrapped(), loop).result()
 
         try:
-            steps_of(self._pool.name, self._pool._backend)
             on_loop(self._load())
             found, value = self._replayed(key)
             if found:
