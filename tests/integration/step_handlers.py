@@ -104,3 +104,24 @@ async def retry_inside(ctx: Any) -> str:
         except ConnectionError:
             continue
     return "gave up"
+
+
+def _logged(ctx: Any, key: str) -> str:
+    """A step that writes one line per call to $STEP_CALLS (processes append; small writes stay whole)."""
+    import os
+
+    with open(os.environ["STEP_CALLS"], "a") as log:
+        log.write(f"{ctx.data['name']} {key} {ctx.item.token}\n")
+    return f"{key} of {ctx.data['name']}"
+
+
+def killed_mid_item(ctx: Any) -> list[str]:
+    """Three steps; on its first claim an item marked "kill" SIGKILLs its own process after the second."""
+    import os
+    import signal
+
+    done = [ctx.step("a", _logged, ctx, "a"), ctx.step("b", _logged, ctx, "b")]
+    if ctx.data.get("kill") and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    done.append(ctx.step("c", _logged, ctx, "c"))
+    return done

@@ -206,3 +206,44 @@ async def test_a_replayed_permanent_failure_raises_permanent_again() -> None:
             from workhive.steps import steps_of
 
             steps_of("jobs", object())
+
+
+def test_a_sigkilled_worker_process_resumes_its_item_at_the_step_it_did_not_finish(tmp_path: Any) -> None:
+    """Through the CLI: the process dies holding the item after two steps; the next claim makes only the third."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import fleet_env
+
+    url = f"sqlite:///{tmp_path / 'hive.db'}"
+
+    async def push() -> list[str]:
+        async with workhive.open(url) as hive:
+            return await hive.pool("jobs").push_many([{"name": "k", "kill": True}, {"name": "p"}])
+
+    ids = asyncio.run(push())
+    calls = tmp_path / "calls.txt"
+    env = fleet_env(STEP_CALLS=str(calls))
+    run = subprocess.run(
+        [sys.executable, "-m", "workhive", "--storage", url, "work", "jobs", "--handler",
+         "step_handlers:killed_mid_item", "--processes", "1", "--concurrency", "1", "--until-empty",
+         "--progress", "none", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout)["done"] == 2
+    lines = [line.split() for line in calls.read_text().splitlines()]
+    killed = [(key, int(token)) for name, key, token in lines if name == "k"]
+    # a and b under the first claim, then the process died; c alone under the next: nothing made twice.
+    assert killed == [("a", 1), ("b", 1), ("c", 2)], killed
+    assert [key for name, key, _ in lines if name == "p"] == ["a", "b", "c"]
+
+    async def read() -> tuple[Any, list[Any]]:
+        async with workhive.open(url, create=False) as hive:
+            pool = hive.pool("jobs")
+            return await pool.get(ids[0]), await pool.steps(ids[0])
+
+    item, steps = asyncio.run(read())
+    assert item.state is ItemState.DONE and item.result == ["a of k", "b of k", "c of k"]
+    assert [(s.key, s.token) for s in steps] == [("a", 1), ("b", 1), ("c", 2)]

@@ -600,7 +600,8 @@ class Worker:
     def _call_in_thread(
         self, items: list[WorkItem], start: int, loop: asyncio.AbstractEventLoop | None = None
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
-        # Runs in the thread pool: reads the stop flags, never touches the event loop.
+        # Runs in the thread pool: reads the stop flags, never touches the event loop itself (a sync
+        # ctx.step hands its storage calls to ``loop`` and waits for them, while the loop awaits this trip).
         rt = self.rt
         function = rt.handler.function
         ran: list[tuple[WorkItem, Any, BaseException | None, float]] = []
