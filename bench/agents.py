@@ -12,6 +12,8 @@ a kill waits until both processes are up again, since the supervisor spaces
 frequent restarts up to 5 s apart and ends a fleet that restarts more than 30
 times a minute):
 
+The handlers are ``bench/support/agent_handlers.py``.
+
 * ``steps``: every call is ``ctx.step("s<k>", call)``: a later claim replays
   finished calls from the hive and makes only the one in flight again;
 * ``plain``: the same calls made directly (the baseline, same fleet, same
@@ -50,7 +52,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -59,32 +60,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-API_ENV = "BENCH_AGENTS_API"
-STEPS = 5
-
-
-# -- handlers (imported by worker processes as ``agents:with_steps`` / ``agents:plain``) ---------------
-def _call(ctx: Any, step: int) -> dict[str, Any]:
-    body = json.dumps({"item": ctx.item_id, "step": step, "token": ctx.item.token}).encode()
-    request = urllib.request.Request(
-        os.environ[API_ENV] + "/v1/agent-step",
-        data=body,
-        headers={"Content-Type": "application/json", "Idempotency-Key": ctx.step_key(f"s{step}")},
-    )
-    with urllib.request.urlopen(request, timeout=30) as answer:
-        return json.loads(answer.read())  # type: ignore[no-any-return]
-
-
-def with_steps(ctx: Any) -> dict[str, Any]:
-    """Five calls, each a durable step: a later claim replays those that finished."""
-    answers = [ctx.step(f"s{step}", _call, ctx, step) for step in range(STEPS)]
-    return {"words": sum(a["words"] for a in answers)}
-
-
-def plain(ctx: Any) -> dict[str, Any]:
-    """The same five calls without steps: a later claim makes them all again."""
-    answers = [_call(ctx, step) for step in range(STEPS)]
-    return {"words": sum(a["words"] for a in answers)}
+# bench/ holds redis.py, postgres.py and sqlite.py: off the path, or `import redis` (the Redis plugin's driver,
+# here and in the worker processes) finds the bench. The handlers live in bench/support/agent_handlers.py.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+HANDLERS = HERE / "support"
+API_ENV = "BENCH_AGENTS_API"  # the fake API's address, for the handlers
 
 
 # -- the fake API, with a route that counts calls per (item, step) --------------------------------------
@@ -96,6 +76,12 @@ class _Calls:
         self.calls: list[tuple[str, int, int, float]] = []
         self.applied: Counter[str] = Counter()  # side effects applied per idempotency key (dedup: at most 1)
         self.seen_keys: Counter[str] = Counter()  # calls per key (without the dedup, each would apply)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.calls.clear()
+            self.applied.clear()
+            self.seen_keys.clear()
 
 
 def start_api(calls: _Calls) -> Any:
@@ -233,7 +219,7 @@ def run_fleet(
     from workhive.testing.processes import children_of
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HANDLERS), env.get("PYTHONPATH", "")]))
     env[API_ENV] = api_url
     fleet = subprocess.Popen(
         [
@@ -352,9 +338,10 @@ def main() -> None:
                 if url is None:
                     continue
                 results = {}
-                for variant, handler in (("steps", "agents:with_steps"), ("plain", "agents:plain")):
+                for variant, handler in (("steps", "agent_handlers:with_steps"), ("plain", "agent_handlers:plain")):
                     pool = f"agents-{variant}"
                     ids = push(url, pool, args.items)
+                    calls.clear()  # item ids repeat across engines (each hive numbers its own): count per run
                     kills = run_fleet(url, pool, handler, api.url, args.kill_every, args.lease, Path(tmp))
                     found = states(url, pool, ids)
                     total, repeated, interrupted, twice, called_twice, resumes = measure(calls, set(ids), kills)
