@@ -96,6 +96,8 @@ class Worker:
         self._closing = False  # the last pass before deregistering: failures no longer count as faults
         self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
         self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
+        # The process's event loop, for contexts built in the thread pool (a sync ctx.step calls storage there).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -559,10 +561,10 @@ class Worker:
         each outcome in order. Returns how many items ran.
         """
         rt = self.rt
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         async with rt.gate.shared():
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
-                rt.executor, self._call_in_thread, items, start, loop
+                rt.executor, self._call_in_thread, items, start
             )
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
@@ -598,11 +600,12 @@ class Worker:
         await self._fail(item, text)
 
     def _call_in_thread(
-        self, items: list[WorkItem], start: int, loop: asyncio.AbstractEventLoop | None = None
+        self, items: list[WorkItem], start: int
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
         # Runs in the thread pool: reads the stop flags, never touches the event loop itself (a sync
-        # ctx.step hands its storage calls to ``loop`` and waits for them, while the loop awaits this trip).
+        # ctx.step hands its storage calls to ``self._loop`` and waits, while the loop awaits this trip).
         rt = self.rt
+        loop = self._loop
         function = rt.handler.function
         ran: list[tuple[WorkItem, Any, BaseException | None, float]] = []
         until = time.monotonic() + ACK_FLUSH_SECONDS
