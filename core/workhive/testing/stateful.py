@@ -36,7 +36,7 @@ import itertools
 import math
 import os
 import pathlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import attrs
@@ -161,8 +161,24 @@ class _StorageMachine(RuleBasedStateMachine):
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
+    def check_steps(self, items: Iterable[_Item]) -> None:
+        """[ST4] the backend holds exactly the model's steps of ``items``, in store order.
+
+        Checked where steps change (a write, a fresh requeue) and once for every item at the
+        end, not after every operation: a read per item per step would make each example run
+        long enough, on a loaded machine, to blur a server clock's times past the tolerance.
+        """
+        backend = self.hive.storage
+        if not isinstance(backend, KeepsSteps):
+            return
+        for m in items:
+            stored = [(s.key, s.token) for s in self.run(backend.step_list(m.pool, m.id))]
+            assert stored == m.steps, f"steps of item {m.id} differ: backend {stored}, model {m.steps}"
+
     def teardown(self) -> None:
         try:
+            if hasattr(self, "items"):
+                self.check_steps(self.items.values())  # kept across every change the example made
             self.run(self.hive.close())
         finally:
             self.loop.close()
@@ -500,8 +516,11 @@ class _StorageMachine(RuleBasedStateMachine):
             m = self.items[claim.id]
             if key not in [k for k, _ in m.steps]:
                 m.steps.append((key, claim.token))
+            self.check_steps([m])
         else:
             self.expect_lease_lost(pool.put_step(claim, key, {"i": i}))
+            if claim.id in self.items:
+                self.check_steps([self.items[claim.id]])  # the refused write changed nothing
 
     @rule(
         pool=st.sampled_from(POOLS),
@@ -518,6 +537,7 @@ class _StorageMachine(RuleBasedStateMachine):
                 if m.id in ids:
                     self.unclaim(m, self.now)
                     m.attempts, m.finished_at, m.steps = 0, None, []
+                    self.check_steps([m])
             return
         # Expired, exhausted items a lazy backend has not poisoned yet may be poisoned and requeued now.
         unsettled = [
@@ -557,6 +577,8 @@ class _StorageMachine(RuleBasedStateMachine):
         for m in gone:
             del self.items[m.id]
             self.purged[m.id] = m.pool
+            if isinstance(self.hive.storage, KeepsSteps):  # [ST5] its steps went with it
+                assert self.run(self.hive.storage.step_list(m.pool, m.id)) == [], f"purged {m.id} kept its steps"
 
     def expect_lease_lost(self, coro: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -598,14 +620,6 @@ class _StorageMachine(RuleBasedStateMachine):
                 assert (seen.lease_expires_at, seen.lease_seconds) == (None, None), where
         for item_id, pool in self.purged.items():
             assert self.run(self.hive.storage.get(pool, item_id)) is None, f"purged item {item_id} is back"
-        backend = self.hive.storage
-        if isinstance(backend, KeepsSteps):
-            # [ST4][ST5] steps kept in store order across every change, gone with a purged item.
-            for m in self.items.values():
-                stored = [(s.key, s.token) for s in self.run(backend.step_list(m.pool, m.id))]
-                assert stored == m.steps, f"steps of item {m.id} differ: backend {stored}, model {m.steps}"
-            for item_id, pool in self.purged.items():
-                assert self.run(backend.step_list(pool, item_id)) == [], f"purged item {item_id} kept its steps"
 
     @rule()
     def stats(self) -> None:
