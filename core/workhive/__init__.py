@@ -55,6 +55,7 @@ from workhive.errors import (
     ScheduleExists,
     ScheduleNotFound,
     SchemaVersionError,
+    StepsUnsupported,
     StorageCorrupt,
     StorageError,
     StorageUnavailable,
@@ -72,6 +73,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -83,7 +85,7 @@ from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin,
 from workhive.pool import Pool
 from workhive.schedules import Fired, Schedule, Schedules, StoresSchedules
 from workhive.shared_state import SharedState
-from workhive.storage import CompletesAndClaims, StorageBackend
+from workhive.storage import CompletesAndClaims, KeepsSteps, StorageBackend
 from workhive.urls import redact_url
 from workhive.workers import Workers
 
@@ -153,6 +155,9 @@ __all__ = [
     "SchemaVersionError",
     "SharedState",
     "StoresSchedules",
+    "StepRecord",
+    "StepsUnsupported",
+    "KeepsSteps",
     "TakesBudget",
     "StorageBackend",
     "StorageCorrupt",

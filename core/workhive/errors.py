@@ -21,6 +21,7 @@ The tree, so a caller can see at a glance what there is to catch::
     │   ├── ScheduleNotFound
     │   └── HiveNotFound                    a read-only command found no hive at that URL
     ├── LeaseLost                           stale fencing token: the claim is gone
+    ├── StepsUnsupported                    the storage backend keeps no durable steps
     ├── WorkerLost                          this worker was reaped; it must stop
     ├── StorageError                        the backend itself failed
     │   ├── StorageUnavailable (ConnectionError)
@@ -75,6 +76,7 @@ __all__ = [
     "ScheduleNotFound",
     "SchemaVersionError",
     "StorageError",
+    "StepsUnsupported",
     "StorageUnavailable",
     "WorkerLost",
     "WorkerNotFound",
@@ -167,6 +169,13 @@ class HiveNotFound(NotFound):
 
 class LeaseLost(WorkhiveError):
     """This claim is no longer valid (its lease expired or the item moved on); drop the item, do not retry the call."""
+
+
+class StepsUnsupported(WorkhiveError):
+    """This storage backend keeps no durable steps (``ctx.step``); use memory, SQLite, PostgreSQL or Redis storage.
+
+    A third-party backend gains them by implementing ``workhive.storage.KeepsSteps``.
+    """
 
 
 class WorkerLost(WorkhiveError):

@@ -26,6 +26,7 @@ __all__ = [
     "NewItem",
     "PoolStats",
     "ReapedWorker",
+    "StepRecord",
     "WorkItem",
     "WorkerFilter",
     "WorkerRecord",
@@ -238,3 +239,27 @@ class PoolStats:
     @property
     def total(self) -> int:
         return self.pending + self.delayed + self.claimed + self.done + self.poisoned
+
+
+@attrs.frozen
+class StepRecord:
+    """One durable step of an item as a backend reports it (``KeepsSteps.step_list``).
+
+    ``payload`` is the step's result as JSON text (for a ``failed`` step: the
+    error text, a JSON string), ``token`` the fencing token of the claim that
+    stored it, ``stored_at`` the backend's time of the write.
+
+    >>> StepRecord("search", '{"hits": 3}', False, 2, 1700000000.0).value
+    {'hits': 3}
+    """
+
+    key: str
+    payload: str
+    failed: bool
+    token: int
+    stored_at: float
+
+    @property
+    def value(self) -> Any:
+        """The step's result decoded from JSON (for a failed step, its error text)."""
+        return json.loads(self.payload)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from workhive import envelope, tracing
 from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
 from workhive.ids import parse_receipt
-from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, WorkItem
+from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, StepRecord, WorkItem
 from workhive.redaction import scrub, scrub_json
+from workhive.steps import check_step_key, encode_step, steps_of
 from workhive.storage import CompletesAndClaims
 from workhive.validation import (
     check_count,
@@ -437,8 +438,12 @@ class Pool:
         """Poisoned items, with the error each was poisoned by."""
         return await self.items(ItemState.POISONED, limit=limit, offset=offset)
 
-    async def requeue(self, item_ids: Iterable[str] | None = None) -> int:
+    async def requeue(self, item_ids: Iterable[str] | None = None, *, fresh: bool = False) -> int:
         """Move poisoned items (these ids, or all) back to pending with fresh attempts; returns the count.
+
+        Their durable steps (``ctx.step``) are kept, so the next claim resumes
+        where the last one stopped; ``fresh=True`` forgets them first, so every
+        step runs again.
 
         Every id is checked first: one that names no item of this pool raises
         ``ItemNotFound``, one that is not poisoned ``InvalidArgument``, each naming
@@ -449,6 +454,8 @@ class Pool:
         3
         """
         if item_ids is None:
+            if fresh:
+                return await self._requeue_fresh(None)
             return await self._backend.requeue(self.name, None)
         _refuse_scalar_batch(item_ids, "requeue")
         ids = list(item_ids)
@@ -477,7 +484,57 @@ class Pool:
                 "nothing was requeued",
                 item_ids=[entry.split(" ", 1)[0] for entry in not_poisoned],
             )
+        if fresh and ids:
+            return await self._requeue_fresh(ids)
         return await self._backend.requeue(self.name, ids) if ids else 0
+
+    async def _requeue_fresh(self, ids: list[str] | None) -> int:
+        """Forget the steps of poisoned items (these, or all), then requeue them.
+
+        Steps go first: a poisoned item is claimed by no one, and ``step_clear``
+        leaves a live item's steps alone, so an item another process requeued
+        meanwhile keeps its steps rather than losing them under a claim.
+        """
+        keeper = steps_of(self.name, self._backend)
+        if ids is None:
+            ids = []
+            while True:  # every poisoned item, a page at a time
+                page = await self._backend.list_items(self.name, ItemState.POISONED, 1000, len(ids))
+                ids.extend(item.id for item in page)
+                if len(page) < 1000:
+                    break
+        if not ids:
+            return 0
+        await keeper.step_clear(self.name, ids)
+        return await self._backend.requeue(self.name, ids)
+
+    # -- durable steps (ctx.step) -----------------------------------------
+    async def steps(self, item_id: str) -> list[StepRecord]:
+        """The durable steps stored for an item, in the order they were stored (``[]`` for none).
+
+        ``StepsUnsupported`` when the storage keeps no steps.
+
+        >>> [(s.key, s.value) for s in await pool.steps(item_id)]  # doctest: +SKIP
+        [('search', {'hits': 3}), ('draft', 'A summary')]
+        """
+        return await steps_of(self.name, self._backend).step_list(self.name, str(item_id))
+
+    async def put_step(self, item: WorkItem | str, key: str, value: Any, *, failed: bool = False) -> None:
+        """Store step ``key`` of a claimed item (or receipt), fenced by its token; ``LeaseLost`` if the claim is stale.
+
+        ``value`` must be JSON (``InvalidItem``), at most ``workhive.steps.MAX_STEP_CHARS``
+        characters once encoded, and is kept with every secret the process holds
+        scrubbed. A key stored already keeps its first value. ``ctx.step`` calls
+        this; call it yourself only when you run claims by hand.
+
+        >>> await pool.put_step(item, "search", {"hits": 3})  # doctest: +SKIP
+        """
+        keeper = steps_of(self.name, self._backend)
+        item_id, token = _claim_of(item)
+        key = check_step_key(key)
+        payload = encode_step(key, value)
+        if not await keeper.step_put(self.name, item_id, token, key, payload, bool(failed)):
+            raise await self._lease_lost(item_id, token, f"store step {key!r} of")
 
     async def release_by_worker(self, worker_id: str, *, spend_attempt: bool = True) -> int:
         """Release every item ``worker_id`` holds in this pool; returns the count."""

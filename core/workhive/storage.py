@@ -182,6 +182,30 @@ complete_and_claim.py   O1    complete_and_claim  optional (``CompletesAndClaims
                                                                                                               complete_and_claim_refuses_bad_input_and_keeps_the_claim,
                                                                                                               native_complete_and_claim_is_all_or_nothing
 
+steps.py                ST1   step_put            optional (``KeepsSteps``): stores a step (key, JSON text,   step_put_stores_a_step_under_the_claim,
+                                                  ``failed``) of an item only while the token is the item's   steps_of_several_items_and_pools_are_apart,
+                                                  current unexpired claim in *that pool* (as A1); otherwise   [model]
+                                                  ``False`` and nothing changes. ``stored_at = now``,
+                                                  ``token`` kept.
+                        ST2   step_put            fenced like A1: a stale, forged, expired, released,         a_stale_claim_cannot_store_a_step,
+                                                  finished or other-pool claim stores nothing.                an_expired_claim_cannot_store_a_step,
+                                                                                                              a_finished_item_takes_no_step,
+                                                                                                              [model]
+                        ST3   step_put            a key already stored keeps its first value (the call        a_stored_step_keeps_its_first_value
+                                                  still answers ``True`` under a valid claim).
+                        ST4   step_list           an item's steps in the order they were stored; ``[]`` for   step_list_survives_a_new_claim_in_store_order,
+                                                  an unknown item; kept across claims, failures, releases,    steps_survive_release_fail_and_expiry,
+                                                  expiry, completion and ``requeue``.                         [model]
+                        ST5   purge / step_clear  ``purge`` removes the steps of the items it deletes;        purge_removes_the_steps_with_the_item,
+                                                  ``step_clear(ids)`` removes those of the given items        step_clear_takes_only_finished_items,
+                                                  that are not live (PENDING/CLAIMED keep theirs);            requeue_fresh_forgets_the_steps,
+                                                  returns the count of steps removed.                         [model]
+                        ST6   Pool facade         a step key empty, blank, too long or not printable, a       bad_step_input_changes_nothing,
+                                                  value not JSON or longer than ``MAX_STEP_CHARS``:           steps_on_a_backend_without_them_are_refused
+                                                  ``InvalidArgument``/``InvalidItem`` before the backend is
+                                                  called; a backend without ``KeepsSteps``:
+                                                  ``StepsUnsupported``. Nothing is stored, a claim is kept.
+
 ../budgets.py           O2    take_budget         optional (``workhive.budgets.TakesBudget``): GCRA rate      ``workhive.testing.budgets.BudgetContract``
                                                   budgets; reserve the soonest of several choices within
                                                   ``max_wait`` atomically, on the backend's clock.
@@ -235,6 +259,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -242,7 +267,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["CompletesAndClaims", "StorageBackend", "check_backend"]
+__all__ = ["CompletesAndClaims", "KeepsSteps", "StorageBackend", "check_backend"]
 
 
 @runtime_checkable
@@ -317,6 +342,37 @@ class CompletesAndClaims(Protocol):
         Returns ``(accepted, claimed)``. When the ack is refused nothing is
         claimed and nothing changes.
         """
+        ...
+
+
+@runtime_checkable
+class KeepsSteps(Protocol):
+    """An optional capability: durable steps inside an item (``ctx.step``), fenced by the claim's token.
+
+    A step's result is written only while the writer's token is the item's
+    current unexpired claim, so a claim that lost its item can never record a
+    step the new holder does not know of. Backends without it make
+    ``ctx.step`` raise ``StepsUnsupported``. Rules ST1-ST5 in the table above.
+
+    >>> class MyBackend:  # doctest: +SKIP
+    ...     async def step_put(self, pool, item_id, token, key, payload, failed):
+    ...         async with self.transaction():
+    ...             if not await self._claim_is_current(pool, item_id, token):
+    ...                 return False
+    ...             await self._insert_step_unless_present(pool, item_id, key, payload, failed, token)
+    ...             return True
+    """
+
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        """Store step ``key`` of the item under claim ``token``; ``False`` (nothing changes) if the claim is not current."""
+        ...
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        """The item's steps in store order (``[]`` for none or an unknown item)."""
+        ...
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        """Remove the steps of the given items that are not PENDING or CLAIMED; returns how many steps went."""
         ...
 
 

@@ -28,7 +28,7 @@ SUITE_DIR = Path(workhive.testing.storage.__file__).parent
 STATEFUL_FILE = Path(workhive.testing.stateful.__file__)
 MODEL_TEST = "test_storage_matches_the_model"
 # A rule id in brackets, as tests cite them: [C1], [W5][W6].
-CITATION = re.compile(r"\[([A-Z]{1,2}[0-9]+)\]")
+CITATION = re.compile(r"\[([A-Z]{1,2}[0-9]+)\]")  # F1, ST3
 LEADING_IDS = re.compile(r"(?:\[[A-Z]{1,2}[0-9]+\])+")
 TEST_NAME = re.compile(r"[a-z0-9_]+")
 

@@ -334,3 +334,49 @@ class TestDeadLocalWorkers:
         assert (reaped["worker_id"], reaped["released"]) == (worker_id, 1)
         status = workhive(project, "status", "--json").json()
         assert status["pools"][0]["pending"] == 1 and status["workers"]["lost"] == 1
+
+
+STEP_TASKS = textwrap.dedent(
+    """
+    import workhive
+
+    def stepper(ctx):
+        found = ctx.step("fetch", lambda: {"n": ctx.data["n"], "text": "é" * 300})
+        if ctx.data.get("bad"):
+            ctx.step("check", _refuse)
+        return found["n"]
+
+    def _refuse():
+        raise workhive.Permanent("marked bad")
+    """
+)
+
+
+class TestDurableSteps:
+    def test_show_lists_the_steps_requeue_keeps_them_unless_fresh_and_purge_removes_them(self, project: Path) -> None:
+        (project / "step_tasks.py").write_text(STEP_TASKS)
+        ids = workhive(
+            project, "push", "agents", "-", "--json", stdin=lines('{"n": 1}', '{"n": 2, "bad": true}')
+        ).json()["ids"]
+        report = work(project, "agents", "--handler", "step_tasks:stepper")
+        assert (report["done"], report["poisoned"]) == (1, 1)
+        bad = workhive(project, "show", "agents", ids[1], "--json").json()
+        assert [(s["key"], s["failed"]) for s in bad["steps"]] == [("fetch", False), ("check", True)]
+        assert bad["steps"][0]["value"]["n"] == 2 and "marked bad" in bad["steps"][1]["value"]
+        human = workhive(project, "show", "agents", ids[1])
+        assert human.code == 0, human
+        assert "steps:      2" in human.out and "  fetch (claim 1, " in human.out
+        assert "  check (claim 1, " in human.out and "failed permanently: " in human.out
+        assert "…" in human.out  # a long result is cut in the text view, whole in --json
+        assert workhive(project, "requeue", "agents", ids[1], "--json").json()["requeued"] == 1
+        assert len(workhive(project, "show", "agents", ids[1], "--json").json()["steps"]) == 2
+        work(project, "agents", "--handler", "step_tasks:stepper")  # replays the failure: poisoned again
+        assert workhive(project, "requeue", "agents", "--all", "--fresh", "--json").json()["requeued"] == 1
+        assert workhive(project, "show", "agents", ids[1], "--json").json()["steps"] == []
+        assert workhive(project, "purge", "agents", "--older-than", "0", "--yes", "--json").json()["deleted"] == 1
+
+        async def steps_left() -> list:
+            async with wh.open(f"sqlite:///{project}/.workhive/hive.db", create=False) as hive:
+                return await hive.storage.step_list("agents", ids[0])  # type: ignore[attr-defined]
+
+        assert asyncio.run(steps_left()) == []

@@ -178,6 +178,9 @@ def test_results_errors_and_worker_details_are_stored_scrubbed(store: Store) -> 
             fifth = await pool.claim("w1")
             await pool.fail(fifth, RuntimeError(ERROR), poison=True)
             sixth = await pool.claim("w1")
+            # Durable steps (ctx.step) keep results too: one stored, one that failed permanently.
+            await pool.put_step(sixth, "call", RESULT)
+            await pool.put_step(sixth.receipt, "refused", ERROR, failed=True)
             await pool.fail(sixth.receipt, ERROR, retry_in=3600)
 
             await hive.workers.register(worker_id="w-keyed", pools=("jobs",), capabilities=(f"key={quote(KEY)}",))
@@ -190,6 +193,8 @@ def test_results_errors_and_worker_details_are_stored_scrubbed(store: Store) -> 
             errors = [(await pool.get(item_id)).error for item_id in ids[4:]]
             scrubbed = f"HTTP 401 for GET /v1?key={R} body={json.dumps({'k': R})[1:-1]}"
             assert errors == [f"RuntimeError: {scrubbed}", scrubbed]
+            steps = await pool.steps(sixth.id)
+            assert [(s.key, s.value) for s in steps] == [("call", STORED), ("refused", scrubbed)]
             worker = await hive.workers.get("w-keyed")
             assert worker.capabilities == (f"key={R}",) and worker.detail == f"calling the API with {R}"
 

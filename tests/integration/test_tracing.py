@@ -154,11 +154,11 @@ def test_traces_continue_from_the_pushing_process_into_the_handlers_process(tmp_
         parent = handle_ids[span["parent_id"]]
         assert parent["pid"] == span["pid"] and parent["attributes"]["workhive.item.id"] in every_id
 
-    # The hook for durable steps makes a span inside the handle span, in the handler's process.
-    steps = [s for s in spans if s["name"] == "step fetch"]
+    # Each durable step (ctx.step) makes a span inside the handle span, in the handler's process.
+    steps = [s for s in spans if s["name"].startswith("step fetch-")]
     assert len(steps) == len([s for s in handles if s["attributes"]["workhive.outcome"] != "not_run"])
     assert all(handle_ids[s["parent_id"]]["pid"] == s["pid"] for s in steps)
-    assert {s["attributes"]["workhive.step"] for s in steps} == {"fetch"}
+    assert all(s["attributes"]["workhive.step"] == s["name"][len("step ") :] for s in steps)
 
     # Every wait for the key's budget the fleet reported is a span inside the item's handle span.
     waits = [s for s in spans if s["name"] == "budget wait"]

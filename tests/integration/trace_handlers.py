@@ -72,8 +72,8 @@ def handle(ctx: Any) -> dict[str, Any]:
     # application's spans is the application's business; workhive's spans are the ones checked.
     with tracer.start_as_current_span("handler work") as span:
         span.set_attribute("item.n", ctx.data["n"])
-    with workhive.tracing.step("fetch"):  # the hook a durable step (ctx.step) runs its function in
-        pass
+    # A durable step runs its function inside a "step KEY" span (one key per claim, so none replays).
+    ctx.step(f"fetch-{ctx.attempt}-{ctx.item.releases}", lambda: None)
     kind = ctx.data["kind"]
     if kind == "flaky" and ctx.attempt == 1:
         raise RuntimeError(f"first attempt fails (key {os.environ.get('TRACE_TEST_KEY_1', '')})")

@@ -13,12 +13,16 @@ from workhive.models import ItemState
 @click.argument("pool")
 @click.argument("item_ids", metavar="[ID]...", nargs=-1)
 @click.option("--all", "requeue_all", is_flag=True, help="Requeue every poisoned item of POOL.")
+@click.option("--fresh", is_flag=True, help="Forget the items' durable steps (ctx.step) too, so every step runs again.")
 @json_option
 @pass_cli
-def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_all: bool, as_json: bool) -> None:
+def requeue_cmd(
+    cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_all: bool, fresh: bool, as_json: bool
+) -> None:
     """Move poisoned items of POOL (the IDs given, or --all) back to pending with fresh attempts.
 
     Every ID is checked first: an unknown or not-poisoned ID and nothing is requeued.
+    Their durable steps are kept, so they resume where they stopped; --fresh forgets them.
     """
     if bool(item_ids) == requeue_all:
         raise click.UsageError("give the IDs of poisoned items to requeue, or --all (not both)")
@@ -28,7 +32,7 @@ def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_a
             await require_pool(hive, pool)
             target = hive.pool(pool)
             if requeue_all:
-                return await target.requeue()
+                return await target.requeue(fresh=fresh)
             for item_id in item_ids:
                 item = await target.get(item_id)  # ItemNotFound for an unknown id
                 if item.state is not ItemState.POISONED:
@@ -36,7 +40,7 @@ def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_a
                         f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned; nothing was requeued",
                         item_id=item_id,
                     )
-            return await target.requeue(item_ids)
+            return await target.requeue(item_ids, fresh=fresh)
 
     count = cli.run(requeue)
     if as_json:

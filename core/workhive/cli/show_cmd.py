@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool
-from workhive.models import WorkItem
+from workhive.models import StepRecord, WorkItem
+from workhive.storage import KeepsSteps
 
 __all__ = ["show_cmd", "item_json"]
 
@@ -39,6 +40,17 @@ def item_json(item: WorkItem, now: float) -> dict[str, Any]:
     }
 
 
+#: characters of a step's result shown per line (``--json`` shows it whole)
+STEP_SHOWN_CHARS = 200
+
+
+def steps_json(steps: list[StepRecord]) -> list[dict[str, Any]]:
+    """An item's durable steps (``ctx.step``) as plain data, in store order."""
+    return [
+        {"key": s.key, "value": s.value, "failed": s.failed, "token": s.token, "stored_at": s.stored_at} for s in steps
+    ]
+
+
 def _when(stamp: float | None, now: float) -> str:
     if stamp is None:
         return "-"
@@ -66,7 +78,10 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         async with cli.hive(create=False) as hive:
             await require_pool(hive, pool)
             item = await hive.pool(pool).get(item_id)
-            return item_json(item, await hive.now())
+            shown = item_json(item, await hive.now())
+            if isinstance(hive.storage, KeepsSteps):  # a backend without steps shows none (no "steps" key)
+                shown["steps"] = steps_json(await hive.pool(pool).steps(item.id))
+            return shown
 
     data = cli.run(fetch)
     if as_json:
@@ -89,5 +104,13 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         ("result", "-" if data["result"] is None else json.dumps(data["result"], ensure_ascii=False)),
         ("error", data["error"] or "-"),
     ]
+    if "steps" in data:
+        lines.append(("steps", str(len(data["steps"])) if data["steps"] else "-"))
     for label, value in lines:
         echo(f"{label + ':':<11} {value}")  # an error's traceback keeps its lines; control characters are escaped
+    for step in data.get("steps", ()):
+        value = json.dumps(step["value"], ensure_ascii=False)
+        if len(value) > STEP_SHOWN_CHARS:
+            value = value[: STEP_SHOWN_CHARS - 1] + "…"
+        mark = "failed permanently: " if step["failed"] else ""
+        echo(f"  {step['key']} (claim {step['token']}, {_when(step['stored_at'], now)}): {mark}{value}", one_line=True)

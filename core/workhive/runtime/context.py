@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument
 from workhive.locks import HeldLock
 from workhive.models import WorkItem
+from workhive.steps import StepJournal, step_key_for
 
 if TYPE_CHECKING:
     from workhive.hive import Hive
@@ -34,7 +36,7 @@ class HandlerContext:
     ...     return {"summary": text[:200]}
     """
 
-    __slots__ = ("credential", "hive", "item", "logger", "pool", "usage", "worker_id")
+    __slots__ = ("_loop", "_steps", "credential", "hive", "item", "logger", "pool", "usage", "worker_id")
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class HandlerContext:
         worker_id: str,
         credential: Any = None,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.item = item
         self.pool = pool
@@ -54,6 +57,12 @@ class HandlerContext:
         self.logger = logger if logger is not None else logging.getLogger(f"workhive.handler.{pool.name}")
         #: tokens the handler reported with ``report_usage`` (None: none reported)
         self.usage: float | None = None
+        # The worker's loop, where a sync handler's thread sends its step reads and writes.
+        if loop is None:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._steps: StepJournal | None = None
 
     @property
     def data(self) -> Any:
@@ -97,6 +106,48 @@ class HandlerContext:
                     "report usage only for the call made with ctx.credential"
                 )
         self.usage = (self.usage or 0.0) + float(tokens)
+
+    def step(self, key: str, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
+        """Run ``fn(*args, **kw)`` once per item: its JSON result is stored under ``key``, fenced by this claim.
+
+        In an async handler ``await ctx.step(...)`` (``fn`` sync or async; a sync
+        one runs in a thread); in a sync handler ``ctx.step(...)`` returns the
+        value. A later claim of the item (after a crash, a failure, a release)
+        gets the stored result back without calling ``fn``. A step that raises
+        is not stored and runs again next time, unless it raised ``Permanent``:
+        that is stored, and raised again on every replay. Each key once per run
+        (``InvalidArgument`` for a repeat: a replay could not tell them apart).
+        ``LeaseLost`` if this claim lost the item: stop, another claim owns it.
+        ``StepsUnsupported`` on a backend that keeps no steps.
+
+        >>> async def agent(ctx):  # doctest: +SKIP
+        ...     hits = await ctx.step("search", search, ctx.data["q"])
+        ...     return await ctx.step("draft", llm, hits, idempotency_key=ctx.step_key("draft"))
+        """
+        if self._steps is None:
+            self._steps = StepJournal(self.pool, self.item)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            return self._steps.run(key, fn, args, kw)
+        if self._loop is None or self._loop.is_closed():
+            raise InvalidArgument(
+                "ctx.step from a thread needs the worker's event loop: build the HandlerContext on the loop "
+                "(or pass loop=) before handing it to a thread"
+            )
+        return self._steps.run_sync(self._loop, key, fn, args, kw)
+
+    def step_key(self, name: str) -> str:
+        """A stable idempotency key for step ``name``: the same on every claim of this item, another for any other item.
+
+        Hand it to APIs that accept one, so the call in flight when a worker died
+        is not applied twice when the next claim makes it again.
+
+        >>> requests.post(url, json=body, headers={"Idempotency-Key": ctx.step_key("charge")})  # doctest: +SKIP
+        """
+        return step_key_for(self.item, name)
 
     @contextlib.asynccontextmanager
     async def lock(

@@ -97,6 +97,8 @@ class Worker:
         self._closing = False  # the last pass before deregistering: failures no longer count as faults
         self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
         self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
+        # The process's event loop, for contexts built in the thread pool (a sync ctx.step calls storage there).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -498,7 +500,9 @@ class Worker:
             finally:
                 key.usage = ctx.usage
 
-    def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
+    def _context(
+        self, item: WorkItem, credential: Credential | None = None, loop: asyncio.AbstractEventLoop | None = None
+    ) -> HandlerContext:
         rt = self.rt
         tracing.credential(credential)
         return HandlerContext(
@@ -508,6 +512,7 @@ class Worker:
             worker_id=self.worker_id,
             credential=credential,
             logger=rt.handler_logger,
+            loop=loop,  # built in a thread: the loop its steps go through (ctx.step)
         )
 
     async def _settle(self, item: WorkItem, exc: Exception | None, result: Any, key: KeyUse | None = None) -> None:
@@ -560,7 +565,7 @@ class Worker:
         each outcome in order. Returns how many items ran.
         """
         rt = self.rt
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         async with rt.gate.shared():
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
                 rt.executor, self._call_in_thread, items, start
@@ -602,8 +607,10 @@ class Worker:
     def _call_in_thread(
         self, items: list[WorkItem], start: int
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
-        # Runs in the thread pool: reads the stop flags, never touches the event loop.
+        # Runs in the thread pool: reads the stop flags, never touches the event loop itself (a sync
+        # ctx.step hands its storage calls to ``self._loop`` and waits, while the loop awaits this trip).
         rt = self.rt
+        loop = self._loop
         function = rt.handler.function
         ran: list[tuple[WorkItem, Any, BaseException | None, float]] = []
         until = time.monotonic() + ACK_FLUSH_SECONDS
@@ -616,7 +623,7 @@ class Worker:
             started = time.perf_counter()
             try:
                 with tracing.handling(rt.pool.name, item, self.worker_id, default="ok"):
-                    result = function(self._context(item))
+                    result = function(self._context(item, loop=loop))
             except BaseException as exc:
                 ran.append((item, None, exc, time.perf_counter() - started))
                 break

@@ -36,7 +36,7 @@ import itertools
 import math
 import os
 import pathlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import attrs
@@ -49,7 +49,7 @@ from workhive.errors import LeaseLost, WorkerLost
 from workhive.hive import Hive
 from workhive.models import ItemState, WorkItem
 from workhive.plugin_manager import PluginManager
-from workhive.storage import StorageBackend
+from workhive.storage import KeepsSteps, StorageBackend
 from workhive.testing.clock import ManualClock
 
 __all__ = ["StorageStatefulContract"]
@@ -58,6 +58,7 @@ T = TypeVar("T")
 POOLS = ("p", "q")
 WORKERS = ("w1", "w2")
 DEDUP_KEYS = ("k1", "k2")
+STEP_KEYS = ("s1", "s2", "s3")
 MAX_ATTEMPTS = 3
 REAP_AFTER = 20.0
 
@@ -115,6 +116,8 @@ class _Item:
     #: the backend's own time from which it is (or will be) claimable, as last read: on a server
     #: clock two items due at the same model time are ordered by when the backend set them
     seen_at: float | None = None
+    #: durable steps (backends with ``KeepsSteps``): (key, token of the claim that stored it), in store order
+    steps: list[tuple[str, int]] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -158,8 +161,24 @@ class _StorageMachine(RuleBasedStateMachine):
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
+    def check_steps(self, items: Iterable[_Item]) -> None:
+        """[ST4] the backend holds exactly the model's steps of ``items``, in store order.
+
+        Checked where steps change (a write, a fresh requeue) and once for every item at the
+        end, not after every operation: a read per item per step would make each example run
+        long enough, on a loaded machine, to blur a server clock's times past the tolerance.
+        """
+        backend = self.hive.storage
+        if not isinstance(backend, KeepsSteps):
+            return
+        for m in items:
+            stored = [(s.key, s.token) for s in self.run(backend.step_list(m.pool, m.id))]
+            assert stored == m.steps, f"steps of item {m.id} differ: backend {stored}, model {m.steps}"
+
     def teardown(self) -> None:
         try:
+            if hasattr(self, "items"):
+                self.check_steps(self.items.values())  # kept across every change the example made
             self.run(self.hive.close())
         finally:
             self.loop.close()
@@ -486,10 +505,40 @@ class _StorageMachine(RuleBasedStateMachine):
         )
         assert released + poisoned <= sure_released + sure_poisoned + either, f"{what}: counted too many"
 
-    @rule(pool=st.sampled_from(POOLS), pick=st.one_of(st.none(), st.integers(0, 10_000)))
-    def requeue(self, pool: str, pick: int | None) -> None:
+    @precondition(lambda self: self.claims and isinstance(self.hive.storage, KeepsSteps))
+    @rule(i=st.integers(0, 10_000), key=st.sampled_from(STEP_KEYS))
+    def put_step(self, i: int, key: str) -> None:
+        """[ST1][ST2][ST3] a step stored under a live claim only; the first value of a key stays."""
+        claim = self.pick_claim(i)
+        pool = self.hive.pool(claim.pool)
+        if self.holds(claim):
+            self.run(pool.put_step(claim, key, {"i": i}))
+            m = self.items[claim.id]
+            if key not in [k for k, _ in m.steps]:
+                m.steps.append((key, claim.token))
+            self.check_steps([m])
+        else:
+            self.expect_lease_lost(pool.put_step(claim, key, {"i": i}))
+            if claim.id in self.items:
+                self.check_steps([self.items[claim.id]])  # the refused write changed nothing
+
+    @rule(
+        pool=st.sampled_from(POOLS),
+        pick=st.one_of(st.none(), st.integers(0, 10_000)),
+        fresh=st.booleans(),
+    )
+    def requeue(self, pool: str, pick: int | None, fresh: bool) -> None:
         dead = [m for m in self.items.values() if m.pool == pool and m.state is ItemState.POISONED]
         ids = None if pick is None or not dead else [dead[pick % len(dead)].id]
+        if fresh and ids is not None and isinstance(self.hive.storage, KeepsSteps):
+            # [ST5] requeue(fresh=True) of given ids: their steps go (an unknown id raises; these are poisoned).
+            assert self.run(self.hive.pool(pool).requeue(ids, fresh=True)) == 1
+            for m in dead:
+                if m.id in ids:
+                    self.unclaim(m, self.now)
+                    m.attempts, m.finished_at, m.steps = 0, None, []
+                    self.check_steps([m])
+            return
         # Expired, exhausted items a lazy backend has not poisoned yet may be poisoned and requeued now.
         unsettled = [
             m for m in self.items.values() if m.pool == pool and self.expired(m) and m.attempts >= m.max_attempts
@@ -528,6 +577,8 @@ class _StorageMachine(RuleBasedStateMachine):
         for m in gone:
             del self.items[m.id]
             self.purged[m.id] = m.pool
+            if isinstance(self.hive.storage, KeepsSteps):  # [ST5] its steps went with it
+                assert self.run(self.hive.storage.step_list(m.pool, m.id)) == [], f"purged {m.id} kept its steps"
 
     def expect_lease_lost(self, coro: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -632,7 +683,7 @@ class StorageStatefulContract:
         raise NotImplementedError("override make_backend() in your StorageStatefulContract subclass")
 
     def test_storage_matches_the_model(self, tmp_path: pathlib.Path) -> None:
-        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1]
+        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1][ST1][ST2][ST4][ST5]
         random sequences of operations leave the backend where a reference model says they must.
 
         After every step each item's state, attempts, token and lease, the stats and the pools are

@@ -26,6 +26,7 @@ from workhive import (
     PoolStats,
     ReapedWorker,
     Schedule,
+    StepRecord,
     WorkerFilter,
     WorkerLost,
     WorkerNotFound,
@@ -63,10 +64,12 @@ class _Row:
     result_payload: str | None = None
     finished_at: float | None = None
     releases: int = 0
+    #: durable steps (ctx.step), in store order; they live and die with the row (purge)
+    steps: list[StepRecord] = dataclasses.field(default_factory=list)
 
     def snapshot(self) -> WorkItem:
         fields = dataclasses.asdict(self)
-        del fields["seq"]
+        del fields["seq"], fields["steps"]
         return WorkItem(**fields)
 
     def to_pending(self, available_at: float) -> None:
@@ -313,6 +316,29 @@ class ListStorage:
         ]
         removed = len(self._t.rows) - len(keep)
         self._t.rows = keep
+        return removed
+
+    # -- durable steps: the optional KeepsSteps capability (rules ST1-ST5) ------
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        now = self._clock()
+        row = self._held(pool, item_id, token, now)  # the same fence as complete/fail/extend
+        if row is None:
+            return False
+        if all(step.key != key for step in row.steps):  # a key stored already keeps its first value
+            row.steps.append(StepRecord(key, payload, failed, token, now))
+        return True
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        row = self._find(pool, item_id)
+        return [] if row is None else list(row.steps)
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        removed = 0
+        for wanted in dict.fromkeys(item_ids):
+            row = self._find(pool, wanted)
+            if row is not None and row.state not in (ItemState.PENDING, ItemState.CLAIMED):
+                removed += len(row.steps)
+                row.steps = []
         return removed
 
     async def stats(self, pool: str) -> PoolStats:

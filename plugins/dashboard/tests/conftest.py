@@ -37,6 +37,7 @@ async def _populate(url: str) -> dict[str, Any]:
             await pool.complete(item, {"ok": n})
         dead = await pool.claim(me.worker_id)
         assert dead is not None
+        await pool.put_step(dead, "search", {"hits": ["<i>a</i>"]})  # a durable step (ctx.step), shown with the item
         await pool.fail(dead, "RuntimeError: the model refused <b>twice</b>", poison=True)
         held = await pool.claim(me.worker_id, lease=600)
         assert held is not None

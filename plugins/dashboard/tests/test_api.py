@@ -54,6 +54,9 @@ def test_dead_items_and_item_detail(hive_url: str, populated: dict[str, Any]) ->
         assert dead["items"][0]["error"] == "RuntimeError: the model refused <b>twice</b>"
         item = c.get(f"/api/pools/jobs/items/{populated['held']}").json()
         assert item["state"] == "claimed" and item["claimed_by"] == "w-busy" and item["token"] >= 1
+        assert item["steps"] == []
+        [step] = c.get(f"/api/pools/jobs/items/{populated['dead']}").json()["steps"]
+        assert (step["key"], step["value"], step["failed"]) == ("search", '{"hits":["<i>a</i>"]}', False)
 
 
 @pytest.mark.parametrize(

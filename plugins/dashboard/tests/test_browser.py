@@ -145,6 +145,7 @@ def test_the_page_shows_the_hive_and_requeues_a_dead_item(
         dead.locator("td.item-link").click()
         expect(page.locator("#item-id")).to_have_text(populated["dead"])
         expect(page.locator("#item")).to_contain_text("poisoned")
+        expect(page.locator("#item ol.steps li")).to_have_text('search (claim 1): {"hits":["<i>a</i>"]}')  # as text
         shot = artifacts(tmp_path) / "dashboard.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")

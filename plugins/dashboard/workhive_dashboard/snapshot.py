@@ -18,6 +18,7 @@ from workhive.envelope import data_text, headers
 from workhive.errors import ItemNotFound, PoolNotFound
 from workhive.hive import Hive
 from workhive.models import WorkerRecord, WorkerStatus, WorkItem
+from workhive.storage import KeepsSteps
 
 __all__ = ["RateTracker", "dead_items", "item_detail", "overview", "require_pool"]
 
@@ -171,4 +172,10 @@ async def item_detail(hive: Hive, pool: str, item_id: str) -> dict[str, Any]:
         item = await hive.pool(pool).get(item_id)
     except ItemNotFound:
         raise ItemNotFound(f"no item {item_id!r} in pool {pool!r}", item_id=item_id, pool=pool) from None
-    return _item(item, await hive.now())
+    detail = _item(item, await hive.now())
+    if isinstance(hive.storage, KeepsSteps):  # its durable steps (ctx.step), in store order; JSON text, as data is
+        detail["steps"] = [
+            {"key": s.key, "value": s.payload, "failed": s.failed, "token": s.token, "stored_at": s.stored_at}
+            for s in await hive.pool(pool).steps(item.id)
+        ]
+    return detail

@@ -33,6 +33,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -64,6 +65,8 @@ class _Store:
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.budget_tats: dict[str, float] = {}
         self.schedules: dict[str, Schedule] = {}
+        # (pool, item id) -> step key -> its record, in store order (dicts keep insertion order)
+        self.steps: dict[tuple[str, str], dict[str, StepRecord]] = {}
 
 
 _named: dict[str, _Store] = {}
@@ -419,7 +422,32 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             for item_id in old:
                 del finished[item_id]
                 del index.items[item_id]
+                self._store.steps.pop((pool, item_id), None)  # steps go with their item (ST5)
             removed += len(old)
+        return removed
+
+    # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        index = self._store.pools.get(pool)
+        now = self._clock()
+        if index is None or self._valid_claim(index, item_id, token, now) is None:
+            return False
+        steps = self._store.steps.setdefault((pool, item_id), {})
+        steps.setdefault(key, StepRecord(key, payload, failed, token, now))  # the first value stays
+        return True
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        return list(self._store.steps.get((pool, item_id), {}).values())
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        index = self._store.pools.get(pool)
+        if index is None:
+            return 0
+        removed = 0
+        for item_id in dict.fromkeys(item_ids):
+            rec = index.items.get(item_id)
+            if rec is not None and rec.state not in (PENDING, CLAIMED):
+                removed += len(self._store.steps.pop((pool, item_id), {}))
         return removed
 
     async def stats(self, pool: str) -> PoolStats:

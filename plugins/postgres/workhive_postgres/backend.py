@@ -56,6 +56,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -751,6 +752,31 @@ class PostgresStorage:
 
     async def purge(self, pool: str, older_than: float) -> int:
         status = await self._run("purge", self._execute, "purge", self._off(), pool, float(older_than))
+        return int(status.split()[-1])
+
+    # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        number = item_number(item_id)
+        if number is None:
+            return False
+        # Twice is harmless: a key stored already keeps its value, and the fence is checked again.
+        stored = await self._run(
+            "storing a step", self._fetchval, "step_put", self._off(), number, pool, token, key, payload, failed
+        )
+        return bool(stored)
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        number = item_number(item_id)
+        if number is None:
+            return []
+        rows = await self._run("reading steps", self._fetch, "step_list", number, pool)
+        return [StepRecord(r[0], r[1], bool(r[2]), int(r[3]), float(r[4])) for r in rows]
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        numbers = [n for n in (item_number(i) for i in dict.fromkeys(item_ids)) if n is not None]
+        if not numbers:
+            return 0
+        status = await self._run("clearing steps", self._execute, "step_clear", pool, numbers)
         return int(status.split()[-1])
 
     async def stats(self, pool: str) -> PoolStats:

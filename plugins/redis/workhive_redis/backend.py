@@ -42,6 +42,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -444,6 +445,32 @@ class RedisStorage:
             total += deleted
             if deleted < PURGE_CHUNK:
                 return total
+
+    # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        if not is_item_id(item_id):
+            return False
+        k = self._pk(pool)
+        reply = await self._client.run(
+            "step_put", (k.ready, k.steps(item_id)), (self._off(), item_id, token, key, payload, "1" if failed else "0")
+        )
+        return bool(int(reply))
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        if not is_item_id(item_id):
+            return []
+        stored = await self._client.command("HGETALL", self._pk(pool).steps(item_id))
+        records = []
+        for key, value in stored.items():
+            n, failed, token, stored_at, payload = value.split("\t", 4)
+            records.append((int(n), StepRecord(key, payload, failed == "1", int(token), float(stored_at))))
+        return [record for _, record in sorted(records, key=lambda pair: pair[0])]
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        ids = [i for i in dict.fromkeys(item_ids) if is_item_id(i)]
+        if not ids:
+            return 0
+        return int(await self._client.run("step_clear", (self._pk(pool).ready,), tuple(ids)))
 
     async def stats(self, pool: str) -> PoolStats:
         k = self._pk(pool)

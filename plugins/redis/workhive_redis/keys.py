@@ -13,6 +13,7 @@ With prefix ``workhive``::
     {workhive/<pool>}:ticks      schedule (name@created_at) -> the latest tick it fired into the pool
     {workhive/<pool>}:i:<id>     an item (hash)
     {workhive/<pool>}:held:<w>   the items a worker holds in the pool
+    {workhive/<pool>}:steps:<id> an item's durable steps (hash: step key -> STEP_RECORD; goes with the item)
 
 Redis Cluster hashes only the part in braces, so a pool's keys share a slot
 and every pool script touches one slot; the hive-wide keys share another.
@@ -22,7 +23,7 @@ the core; the prefix by ``url.py``), so no name can move a key to another slot.
 
 from __future__ import annotations
 
-__all__ = ["ITEM_FIELDS", "LOCK_FIELDS", "VERSION_FIELDS", "WORKER_FIELDS", "HiveKeys", "PoolKeys"]
+__all__ = ["ITEM_FIELDS", "LOCK_FIELDS", "STEP_RECORD", "VERSION_FIELDS", "WORKER_FIELDS", "HiveKeys", "PoolKeys"]
 
 #: an item's hash, ``{prefix/pool}:i:<id>``: field -> the ``WorkItem`` attribute it holds
 ITEM_FIELDS = {
@@ -43,6 +44,15 @@ ITEM_FIELDS = {
     "fa": "finished_at: when it became done or poisoned",
     "rl": "releases: claims given back without spending an attempt",
 }
+
+#: a durable step's value in ``{prefix/pool}:steps:<id>`` (step_put-2.lua): its parts, tab-separated, in order
+STEP_RECORD = (
+    "n: the step's place in the item's store order (1, 2, ...)",
+    "failed: 1 if the step raised Permanent (the result is then its error text), else 0",
+    "token: the fencing token of the claim that stored it",
+    "stored_at (server seconds)",
+    "result (JSON text, last and whole: JSON never holds a raw tab)",
+)
 
 #: a worker's record, ``{prefix}:w:<worker>``: field -> the ``WorkerRecord`` attribute it holds
 WORKER_FIELDS = {
@@ -98,6 +108,9 @@ class PoolKeys:
 
     def held(self, worker_id: str) -> str:
         return f"{self.base}held:{worker_id}"
+
+    def steps(self, item_id: str) -> str:
+        return f"{self.base}steps:{item_id}"
 
 
 class HiveKeys:

@@ -92,10 +92,16 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     assert ops.fail("p", many[3].id, many[3].token, "boom", 0.0, True) is not None
     assert ops.release("p", many[4].id, many[4].token, 0.0)
     assert ops.extend("p", more[0].id, more[0].token, 60.0) is not None
+    # Durable steps: stored under the live claim, refused under another, read, cleared once finished.
+    assert ops.step_put("p", more[0].id, more[0].token, "s", "1", False)
+    assert not ops.step_put("p", more[0].id, more[0].token + 1, "s", "2", False)
+    assert [s.key for s in ops.step_list("p", more[0].id)] == ["s"]
+    assert ops.step_clear("p", [more[0].id]) == 0  # still claimed: kept
     assert ops.get("p", ids[0]) is not None
     assert ops.list_items("p", ItemState.DONE, 10, 0)
     assert ops.requeue("p", None) == 1
     ops.fail("p", more[0].id, more[0].token, "boom", 0.0, True)
+    assert ops.step_clear("p", [more[0].id]) == 1  # poisoned now: cleared
     assert ops.requeue("p", [more[0].id]) == 1
     # Releasing a worker's items: in one pool or all, spending the attempt or refunding it.
     for pool in ("p", None):

@@ -25,6 +25,7 @@ _SCHEMA_DIGESTS = {
     3: "f531ee6c7aa9e5a4",
     4: "357bfa708d2dc8f6",
     5: "f4e0a04969c0a91f",  # schedules (0005_schedules.sql, written as SQL from the start)
+    6: "21791855b5c7d18d",  # durable steps (0006_steps.sql)
 }
 
 

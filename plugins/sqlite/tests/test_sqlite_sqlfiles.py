@@ -79,6 +79,11 @@ _STATEMENT_DIGESTS = {
     "schedule_list": "077680a72bf7282d",
     "schedule_remove": "2727689cc268e3c5",
     "schedule_advance": "c8ca8f2d0a3eff8b",
+    # durable steps (schema version 6)
+    "step_claim_is_current": "bd4c4da38d9e9b42",
+    "step_insert": "011b4c6b28a3331d",
+    "step_list": "c35f69d3ac8a0988",
+    "step_clear": "7cd86a40a9bea2ac",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
 _GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}

@@ -59,6 +59,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -609,6 +610,16 @@ class SqliteStorage:
 
     async def purge(self, pool: str, older_than: float) -> int:
         return await self._thread(Operations.purge, pool, older_than)
+
+    # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
+    async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        return await self._run(Operations.step_put, pool, item_id, token, key, payload, failed)
+
+    async def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        return await self._run(Operations.step_list, pool, item_id)
+
+    async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        return await self._thread(Operations.step_clear, pool, item_ids)
 
     async def stats(self, pool: str) -> PoolStats:
         return await self._thread(Operations.stats, pool)

@@ -45,6 +45,7 @@ from workhive.models import (
     NewItem,
     PoolStats,
     ReapedWorker,
+    StepRecord,
     WorkerFilter,
     WorkerRecord,
     WorkerRegistration,
@@ -429,6 +430,38 @@ class Operations:
         deleted = sum(execute(sql, (key, pool, cutoff)).rowcount for key in keys)
         execute(*_bind(_COUNT_ROWS, (pool, -deleted)))
         return deleted
+
+    # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
+    def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:
+        number = item_number(item_id)
+        if number is None:
+            return False
+        return self._write(self._step_put, pool, number, token, key, payload, failed)
+
+    def _step_put(self, pool: str, number: int, token: int, key: str, payload: str, failed: bool) -> bool:
+        # Check and insert under one write lock: no claim can move between the two.
+        now = self.clock()
+        execute = self.conn.execute
+        if execute(*_bind(_Q["step_claim_is_current"], (number, pool, token, now))).fetchone() is None:
+            return False
+        execute(*_bind(_Q["step_insert"], (number, key, payload, int(failed), token, now)))
+        return True
+
+    def step_list(self, pool: str, item_id: str) -> list[StepRecord]:
+        number = item_number(item_id)
+        if number is None:
+            return []
+        rows = self.conn.execute(_Q["step_list"], (number, pool)).fetchall()
+        return [StepRecord(key, payload, bool(failed), token, at) for key, payload, failed, token, at in rows]
+
+    def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
+        numbers = [n for n in (item_number(i) for i in dict.fromkeys(item_ids)) if n is not None]
+        return self._write(self._step_clear, pool, numbers) if numbers else 0
+
+    def _step_clear(self, pool: str, numbers: list[int]) -> int:
+        execute = self.conn.execute
+        sql = _Q["step_clear"]
+        return sum(execute(*_bind(sql, (number, pool))).rowcount for number in numbers)
 
     def stats(self, pool: str) -> PoolStats:
         # One read transaction, so the counts and the pool total agree.

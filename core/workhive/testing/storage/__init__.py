@@ -45,6 +45,7 @@ from workhive.testing.storage.requeue_and_purge import RequeueAndPurgeRules
 from workhive.testing.storage.schedules import ScheduleRules
 from workhive.testing.storage.settling import SettlingRules
 from workhive.testing.storage.shared_state import SharedStateRules
+from workhive.testing.storage.steps import StepRules
 from workhive.testing.storage.waiting import WaitingRules
 from workhive.testing.storage.workers import WorkerRules
 
@@ -65,6 +66,7 @@ class StorageContract(
     WaitingRules,  # N1-N2: waiting.py
     CompleteAndClaimRules,  # O1: complete_and_claim.py
     ScheduleRules,  # SC1-SC5: schedules.py
+    StepRules,  # ST1-ST6: steps.py (optional capability KeepsSteps)
     BadInputRules,  # V1: bad_input.py
 ):
     """Subclass in your backend's tests and override ``make_backend`` (see the module docstring)."""

@@ -140,6 +140,22 @@ async function showItem(pool, id) {
       dd.textContent = item[key] === null || item[key] === undefined ? "-" : String(item[key]);
       dl.append(dt, dd);
     }
+    if (item.steps) {  // durable steps (ctx.step), in the order they were stored; text only, never HTML
+      const dt = document.createElement("dt");
+      dt.textContent = "steps";
+      const dd = document.createElement("dd");
+      if (!item.steps.length) dd.textContent = "-";
+      const list = document.createElement("ol");
+      list.className = "steps";
+      for (const step of item.steps) {
+        const li = document.createElement("li");
+        const value = step.value.length > 300 ? step.value.slice(0, 299) + "…" : step.value;
+        li.textContent = `${step.key} (claim ${step.token})${step.failed ? " failed permanently" : ""}: ${value}`;
+        list.append(li);
+      }
+      if (item.steps.length) dd.append(list);
+      dl.append(dt, dd);
+    }
     $("item").replaceWith(dl);
     $("item-id").textContent = item.id;
     $("item-section").hidden = false;

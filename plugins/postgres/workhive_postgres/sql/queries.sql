@@ -480,3 +480,32 @@ WITH fired AS (
     SELECT count(pg_notify($8, pool)) AS n FROM fired
 )
 SELECT new_item.id, new_item.pool FROM new_item CROSS JOIN woken;
+
+-- step_put --
+-- Store step $5 of item $2 of pool $3 under claim token $4: result $6, failed $7; 1 if
+-- the claim is the item's current unexpired one, else 0 and nothing is written. A key
+-- stored already keeps its first value. FOR SHARE holds the item's row until the commit:
+-- no claim, completion or expiry takeover can pass between the check and the insert
+-- (one that committed first is seen, and the claim no longer matches).
+WITH claim AS (
+    SELECT id, token FROM @hive.items
+    WHERE id = $2 AND (pool = $3 AND state = 'claimed' AND token = $4 AND lease_expires_at > @hive.now_s($1)) IS TRUE
+    FOR SHARE
+), stored AS (
+    INSERT INTO @hive.steps (item_id, key, payload, failed, token, stored_at)
+    SELECT id, $5, $6, $7, token, @hive.now_s($1) FROM claim
+    ON CONFLICT (item_id, key) DO NOTHING
+)
+SELECT count(*) FROM claim;
+
+-- step_list --
+-- The steps of item $1 of pool $2, in store order.
+SELECT s.key, s.payload, s.failed, s.token, s.stored_at
+FROM @hive.steps s JOIN @hive.items i ON i.id = s.item_id
+WHERE s.item_id = $1 AND i.pool = $2
+ORDER BY s.n;
+
+-- step_clear --
+-- Delete the steps of items $2 of pool $1 that are not live (pending or claimed).
+DELETE FROM @hive.steps s USING @hive.items i
+WHERE s.item_id = i.id AND i.id = ANY($2::bigint[]) AND i.pool = $1 AND i.state NOT IN ('pending', 'claimed');

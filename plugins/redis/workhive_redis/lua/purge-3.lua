@@ -22,6 +22,7 @@ for _, set in ipairs({KEYS[1], KEYS[2]}) do
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', cutoff, 'LIMIT', 0, limit - deleted)
   for _, id in ipairs(ids) do
     redis.call('DEL', base .. 'i:' .. id)
+    redis.call('DEL', base .. 'steps:' .. id)  -- its durable steps go with it
     redis.call('ZREM', set, id)
   end
   deleted = deleted + #ids

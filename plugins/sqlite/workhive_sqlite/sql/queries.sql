@@ -413,3 +413,26 @@ DELETE FROM schedules WHERE name = ?
 -- no tick at or after it was fired before; returns its pool when it moved (no row:
 -- nothing to fire).
 UPDATE schedules SET last_tick = ? WHERE name = ? AND (last_tick IS NULL OR last_tick < ?) RETURNING pool
+
+-- step_claim_is_current --
+-- Whether claim token ?3 of item ?1 in pool ?2 is its current claim, unexpired at time ?4
+-- (the fence of every step write, as for complete/fail/extend).
+SELECT 1 FROM items WHERE id = ?1 AND pool = ?2 AND state = 'claimed' AND token = ?3 AND lease_expires_at > ?4
+
+-- step_insert --
+-- Step ?2 of item ?1: result ?3, failed ?4, stored under claim token ?5 at time ?6; a key
+-- stored already keeps its first value.
+INSERT INTO steps (item_id, key, payload, failed, token, stored_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (item_id, key) DO NOTHING
+
+-- step_list --
+-- The steps of item ? in pool ?, in store order.
+SELECT s.key, s.payload, s.failed, s.token, s.stored_at
+FROM steps s JOIN items i ON i.id = s.item_id
+WHERE s.item_id = ? AND i.pool = ?
+ORDER BY s.n
+
+-- step_clear --
+-- Delete the steps of item ?1 of pool ?2 unless it is live (pending or claimed).
+DELETE FROM steps WHERE item_id = ?1
+    AND EXISTS (SELECT 1 FROM items WHERE id = ?1 AND pool = ?2 AND state NOT IN ('pending', 'claimed'))
