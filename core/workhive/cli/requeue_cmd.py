@@ -18,7 +18,8 @@ from workhive.models import ItemState
 def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_all: bool, as_json: bool) -> None:
     """Move poisoned items of POOL (the IDs given, or --all) back to pending with fresh attempts.
 
-    Every ID is checked first: an unknown or not-poisoned ID and nothing is requeued.
+    Cancelled items are requeued by ID (--all takes poisoned ones only). Every ID is
+    checked first: an unknown ID, or one neither poisoned nor cancelled, and nothing is requeued.
     """
     if bool(item_ids) == requeue_all:
         raise click.UsageError("give the IDs of poisoned items to requeue, or --all (not both)")
@@ -31,9 +32,10 @@ def requeue_cmd(cli: CliContext, pool: str, item_ids: tuple[str, ...], requeue_a
                 return await target.requeue()
             for item_id in item_ids:
                 item = await target.get(item_id)  # ItemNotFound for an unknown id
-                if item.state is not ItemState.POISONED:
+                if item.state is not ItemState.POISONED and item.state is not ItemState.CANCELLED:
                     raise InvalidArgument(
-                        f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned; nothing was requeued",
+                        f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned or cancelled; "
+                        "nothing was requeued",
                         item_id=item_id,
                     )
             return await target.requeue(item_ids)

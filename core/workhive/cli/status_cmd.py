@@ -35,6 +35,7 @@ def pool_json(stats: PoolStats, now: float) -> dict[str, Any]:
         "claimed": stats.claimed,
         "done": stats.done,
         "poisoned": stats.poisoned,
+        "cancelled": stats.cancelled,
         "oldest_pending_age": oldest,
     }
 
@@ -65,7 +66,7 @@ async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
 @json_option
 @pass_cli
 def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
-    """Show pending, claimed, done and poisoned items per pool, and active, stale and lost workers.
+    """Show pending, claimed, done, poisoned and cancelled items per pool, and active, stale and lost workers.
 
     With POOL, only that pool (and the workers serving it).
     """
@@ -81,7 +82,9 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
     if not data["pools"]:
         echo(f"no pools yet in {redact_url(cli.config['storage'])} (push some work: workhive push POOL FILE)")
     else:
-        rows: list[tuple[Any, ...]] = [("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "OLDEST")]
+        rows: list[tuple[Any, ...]] = [
+            ("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "CANCELLED", "OLDEST")
+        ]
         for p in data["pools"]:
             rows.append(
                 (
@@ -91,6 +94,7 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
                     p["claimed"],
                     p["done"],
                     p["poisoned"],
+                    p["cancelled"],
                     format_age(p["oldest_pending_age"]),
                 )
             )

@@ -95,7 +95,7 @@ async def test_a_version_2_hive_with_items_in_every_state_migrates_and_claims_in
         states = {item.data: item.state for item in await pool.items(ItemState.POISONED)}
         assert states == {"spent": ItemState.POISONED}
     versions = await sql(f'SELECT version FROM "{schema}".migrations ORDER BY version')
-    assert [r[0] for r in versions] == [1, 2, 3] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in versions] == list(range(1, SCHEMA_VERSION + 1))
     indexes = {r[0] for r in await sql("SELECT indexname FROM pg_indexes WHERE schemaname = $1", schema)}
     assert "items_claimable" in indexes and "items_ready" not in indexes
 

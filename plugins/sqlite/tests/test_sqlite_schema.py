@@ -24,6 +24,7 @@ _SCHEMA_DIGESTS = {
     2: "fd74ab3dc8baccf5",
     3: "f531ee6c7aa9e5a4",
     4: "357bfa708d2dc8f6",
+    5: "e85dc31d7c971ca7",
 }
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from workhive.testing.storage.bad_input import BadInputRules
 from workhive.testing.storage.base import ContractBase
+from workhive.testing.storage.cancel import CancelRules
 from workhive.testing.storage.claim import ClaimRules
 from workhive.testing.storage.complete_and_claim import CompleteAndClaimRules
 from workhive.testing.storage.expiry import ExpiryRules
@@ -63,6 +64,7 @@ class StorageContract(
     SharedStateRules,  # K1: shared_state.py
     WaitingRules,  # N1-N2: waiting.py
     CompleteAndClaimRules,  # O1: complete_and_claim.py
+    CancelRules,  # Z1-Z3: cancel.py (optional: Cancels)
     BadInputRules,  # V1: bad_input.py
 ):
     """Subclass in your backend's tests and override ``make_backend`` (see the module docstring)."""
