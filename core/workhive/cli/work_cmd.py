@@ -27,6 +27,8 @@ def print_report(report: Any) -> None:
         f"{report.pool}: {report.done} done, {report.failed} failed (retried), {report.poisoned} poisoned, "
         f"{report.released} released, in {format_age(report.elapsed)}"
     )
+    if getattr(report, "cancelled", 0):
+        echo(f"cancelled while running: {report.cancelled} (Pool.cancel / workhive cancel)")
     if report.rate_limited:
         per_key = ", ".join(f"{name} {count}" for name, count in sorted(report.rate_limited.items()))
         echo(f"rate limited (429s): {per_key}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ class HandlerContext:
     ...     return {"summary": text[:200]}
     """
 
-    __slots__ = ("credential", "hive", "item", "logger", "pool", "usage", "worker_id")
+    __slots__ = ("_cancel", "credential", "hive", "item", "logger", "pool", "usage", "worker_id")
 
     def __init__(
         self,
@@ -54,6 +55,37 @@ class HandlerContext:
         self.logger = logger if logger is not None else logging.getLogger(f"workhive.handler.{pool.name}")
         #: tokens the handler reported with ``report_usage`` (None: none reported)
         self.usage: float | None = None
+        # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out;
+        # a threading.Event so that a sync handler in the thread pool can wait on it too.
+        self._cancel = threading.Event()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the item was cancelled (``Pool.cancel``) while this handler ran: stop, the result is refused.
+
+        An async handler's task is cancelled as well; a sync handler cannot be
+        interrupted, so it should look at this between steps (or wait on it with
+        ``wait_cancelled``) and return early. Whatever it returns is not stored.
+
+        >>> def handler(ctx):  # doctest: +SKIP
+        ...     for page in ctx.data["pages"]:
+        ...         if ctx.cancelled:
+        ...             return None
+        ...         summarise(page)
+        """
+        return self._cancel.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block (a sync handler's thread) until the item is cancelled or ``timeout`` passes; True if cancelled.
+
+        >>> def handler(ctx):  # doctest: +SKIP
+        ...     while not ctx.wait_cancelled(timeout=5.0):
+        ...         poll_the_long_job()
+        """
+        return self._cancel.wait(timeout)
+
+    def _cancelled_by_hive(self) -> None:
+        self._cancel.set()
 
     @property
     def data(self) -> Any:

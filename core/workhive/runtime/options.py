@@ -84,3 +84,4 @@ class FleetReport:
     reason: str
     budget_waits: int = 0  # calls that waited for their key's rate budget (workhive.budgets)
     processes_replaced: int = 0  # worker processes that died, or could not be started, and were replaced
+    cancelled: int = 0  # items cancelled (Pool.cancel) while a worker of this fleet ran them

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import (
@@ -66,6 +67,36 @@ CLAIM_RETRY_MAX = 5.0
 ACK_FLUSH_SECONDS = 0.05
 
 
+class _Running:
+    """A claim whose handler is running: its context, and its asyncio task when the handler is async."""
+
+    __slots__ = ("ctx", "item", "task")
+
+    def __init__(self, item: WorkItem, ctx: HandlerContext) -> None:
+        self.item = item
+        self.ctx = ctx
+        self.task: asyncio.Future[Any] | None = None
+
+
+class _CancelledByHive(Exception):
+    """An async handler's task was cancelled because its item was (``Pool.cancel``): not a failure."""
+
+
+async def _outcome(call: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+    """``call``'s result, or what it raised, as a value.
+
+    A task that raises ``SystemExit`` or ``KeyboardInterrupt`` sends it out of the
+    event loop itself; kept as a value, it reaches the worker's handling of a
+    handler that ends its process. Cancellation still cancels the task.
+    """
+    try:
+        return await call, None
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return None, exc
+
+
 def new_worker_id(slot: int) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-w{slot}-{uuid.uuid4().hex[:6]}"
 
@@ -96,6 +127,10 @@ class Worker:
         self._closing = False  # the last pass before deregistering: failures no longer count as faults
         self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
         self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
+        # The claims whose handler runs now (the heartbeat looks them up for cancellations), and the
+        # ids cancelled while running: their outcome is not settled (storage holds them CANCELLED).
+        self.running: dict[str, _Running] = {}
+        self.cancelled: set[str] = set()
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -481,7 +516,7 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     try:
-                        result = await rt.handler(ctx, rt.executor)
+                        result = await self._call_handler(item, ctx)
                     finally:
                         if rt.metrics is not None:
                             rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
@@ -495,6 +530,65 @@ class Worker:
                     await self._settle(item, None, result, key)
             finally:
                 key.usage = ctx.usage
+
+    async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
+        """Run the handler for ``item``, where ``cancel_running`` can reach it.
+
+        An async handler runs as its own task, awaited through ``asyncio.wait``: a
+        cancellation of this worker (the grace period's end) cancels it as before, while
+        ``cancel_running`` cancels only the handler's task, which ends as ``_CancelledByHive``.
+        """
+        rt = self.rt
+        running = self.running[item.id] = _Running(item, ctx)
+        try:
+            if not rt.handler.is_async:
+                return await rt.handler(ctx, rt.executor)
+            task = running.task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if task.cancelled() and item.id in self.cancelled:
+                raise _CancelledByHive(f"item {item.id} was cancelled")
+            result, raised = task.result()
+            if raised is not None:
+                raise raised  # here, in the worker's own task, as when the handler was awaited directly
+            return result
+        finally:
+            self.running.pop(item.id, None)
+
+    def cancel_running(self, item_id: str) -> bool:
+        """The item was cancelled in storage: stop its handler (task cancelled, ``ctx.cancelled`` true).
+
+        Its outcome is then not settled: storage already holds it CANCELLED, and
+        would refuse the completion anyway. False if it no longer runs here.
+        """
+        running = self.running.get(item_id)
+        if running is None:
+            return False
+        self.cancelled.add(item_id)
+        running.ctx._cancelled_by_hive()
+        if running.task is not None:
+            running.task.cancel()
+        return True
+
+    async def check_cancelled(self) -> None:
+        """At each heartbeat: read the running claims back and stop those cancelled in storage."""
+        for item_id, running in list(self.running.items()):
+            try:
+                current = await self.rt.hive.storage.get(self.rt.pool.name, item_id)
+            except WorkhiveError as exc:  # the next beat looks again
+                log.debug("worker %s: reading item %s back for cancellation: %s", self.worker_id, item_id, exc)
+                return
+            if (
+                current is not None
+                and current.state is ItemState.CANCELLED
+                and current.token == running.item.token
+                and self.running.get(item_id) is running
+            ):
+                log.info("worker %s: item %s was cancelled; stopping its handler", self.worker_id, item_id)
+                self.cancel_running(item_id)
 
     def _context(self, item: WorkItem, credential: Credential | None = None) -> HandlerContext:
         rt = self.rt
@@ -513,6 +607,11 @@ class Worker:
         ``key``: the key the call was made with, told the outcome (None: the fleet has no keys).
         """
         key = key if key is not None else self.rt.keys.no_key
+        if item.id in self.cancelled:
+            # Cancelled while it ran: storage holds it CANCELLED and refuses any settlement.
+            self.cancelled.discard(item.id)
+            self.rt.emit(ev.CANCELLED, 1, item.id)
+            return
         if isinstance(exc, RateLimited):
             await self._rate_limited(item, key, exc)
         elif isinstance(exc, AuthFailed):
@@ -609,11 +708,15 @@ class Worker:
                 break
             rt.emit(ev.START, self.worker_id, item.id, item.token, 0)
             started = time.perf_counter()
+            ctx = self._context(item)
+            self.running[item.id] = _Running(item, ctx)  # the heartbeat may cancel it (ctx.cancelled)
             try:
-                result = function(self._context(item))
+                result = function(ctx)
             except BaseException as exc:
                 ran.append((item, None, exc, time.perf_counter() - started))
                 break
+            finally:
+                self.running.pop(item.id, None)
             ran.append((item, result, None, time.perf_counter() - started))
             if inspect.isawaitable(result):
                 break  # awaited on the loop before anything else runs
