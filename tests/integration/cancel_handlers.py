@@ -18,9 +18,13 @@ stopped: dict[str, threading.Event] = {}
 seen: dict[str, str] = {}
 #: the safety bound of the sync handlers' waits: never reached when the mechanism works
 NEVER = 120.0
+#: set by the test at its end: the stuck handler's thread then returns
+release = threading.Event()
 
 
 def reset() -> None:
+    release.set()  # a stuck handler of the last test returns
+    release.clear()
     started.clear()
     stopped.clear()
     seen.clear()
@@ -52,3 +56,10 @@ def wait_for_cancel_sync(ctx: Any) -> Any:
 
 async def quick_async(ctx: Any) -> Any:
     return {"n": ctx.data}
+
+
+def stuck_sync(ctx: Any) -> Any:
+    """A sync handler that ignores ctx.cancelled: only its process ending (or the test) stops it."""
+    _mark(started, ctx.item_id)
+    release.wait(NEVER)
+    return {"late": True}

@@ -120,3 +120,54 @@ async def test_cancelling_a_pending_item_means_no_worker_ever_runs_it(handlers) 
         tally = await stop_fleet(runtime, sink, task)
         assert (await pool.get(cancelled)).state is ItemState.CANCELLED
         assert (tally.done, tally.cancelled) == (1, 0)
+
+
+# -- timeouts (--timeout) ------------------------------------------------------------------------
+async def run_until_empty(hive, handler: str, **options):
+    opts = FleetOptions(pool="jobs", handler=handler, storage="memory://", heartbeat=0.05, lease=30.0, **options)
+    sink = ListSink()
+    runtime = ProcessRuntime(opts, hive=hive, sink=sink)
+    code = await asyncio.wait_for(runtime.run(stop_when_empty=True), SAFETY)
+    tally = Tally()
+    for event in sink.events:
+        tally.apply(event)
+    return code, tally, runtime
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("handler", ["wait_forever_async", "wait_for_cancel_sync"])
+async def test_a_handler_past_its_timeout_is_stopped_and_the_item_fails_until_poisoned(handlers, handler) -> None:
+    """An async handler's task is cancelled; a sync one sees ctx.cancelled and returns; each attempt fails."""
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        item_id = await pool.push("forever")
+        code, tally, _ = await run_until_empty(
+            hive, f"cancel_handlers:{handler}", timeout=0.2, max_attempts=2, grace=SAFETY
+        )
+        assert code == 0
+        item = await pool.get(item_id)
+        assert item.state is ItemState.POISONED and item.attempts == 2
+        assert "timed out after 0.2 s" in item.error and "did not stop" not in item.error
+        assert (tally.failed, tally.poisoned, tally.cancelled) == (1, 1, 0)
+        seen = "cancelled-task, ctx.cancelled=True" if handler.endswith("async") else "ctx.cancelled=True"
+        assert handlers.seen[item_id] == seen
+
+
+@pytest.mark.asyncio
+async def test_a_sync_handler_that_ignores_its_timeout_gets_its_process_replaced(handlers) -> None:
+    """Past the timeout and the grace the process stops (to be replaced); the item's attempt is spent."""
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        stuck, waiting = await pool.push_many(["stuck", "waiting"])
+        try:
+            code, tally, runtime = await run_until_empty(
+                hive, "cancel_handlers:stuck_sync", timeout=0.2, grace=0.2, concurrency=1
+            )
+        finally:
+            handlers.release.set()  # the stuck thread returns; its late result is never sent
+        assert code != 0 and f"item {stuck} timed out after 0.2 s" in runtime.exit.reason
+        item = await pool.get(stuck)
+        assert item.state is ItemState.PENDING and item.attempts == 1
+        assert "timed out after 0.2 s (the handler did not stop; its worker process is replaced)" in item.error
+        assert (await pool.get(waiting)).state is ItemState.PENDING  # never started: the process stopped first
+        assert tally.failed == 1

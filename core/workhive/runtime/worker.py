@@ -78,6 +78,10 @@ class _Running:
         self.task: asyncio.Future[Any] | None = None
 
 
+class TimedOut(Exception):
+    """A handler ran past the fleet's ``--timeout`` on an item: a failure like any other (retried, then poisoned)."""
+
+
 class _CancelledByHive(Exception):
     """An async handler's task was cancelled because its item was (``Pool.cancel``): not a failure."""
 
@@ -370,7 +374,8 @@ class Worker:
         ran = 0
         # A plain-function handler with no keys to lease runs several items per trip to the
         # thread pool (see _run_in_thread); every other case runs one item at a time.
-        in_thread = not self.rt.handler.is_async and not self.rt.keys.active
+        # With --timeout each item runs on its own, so that the clock runs per item.
+        in_thread = not self.rt.handler.is_async and not self.rt.keys.active and self.rt.options.timeout is None
         index = 0
         try:
             while index < len(items):
@@ -540,15 +545,21 @@ class Worker:
         """
         rt = self.rt
         running = self.running[item.id] = _Running(item, ctx)
+        timeout = rt.options.timeout
         try:
-            if not rt.handler.is_async:
+            if not rt.handler.is_async and timeout is None:
                 return await rt.handler(ctx, rt.executor)
-            task = running.task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
+            task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
+            if rt.handler.is_async:
+                running.task = task  # a sync handler's thread cannot be cancelled: it sees ctx.cancelled
             try:
-                await asyncio.wait({task})
+                done, _ = await asyncio.wait({task}, timeout=timeout)
             except asyncio.CancelledError:
                 task.cancel()
                 raise
+            if not done:
+                assert timeout is not None
+                await self._timed_out(item, ctx, task, timeout)
             if task.cancelled() and item.id in self.cancelled:
                 raise _CancelledByHive(f"item {item.id} was cancelled")
             result, raised = task.result()
@@ -557,6 +568,32 @@ class Worker:
             return result
         finally:
             self.running.pop(item.id, None)
+
+    async def _timed_out(self, item: WorkItem, ctx: HandlerContext, task: asyncio.Future[Any], timeout: float) -> None:
+        """The handler ran past ``--timeout``: stop it, and raise ``TimedOut`` (the item fails, retried or poisoned).
+
+        An async handler's task is cancelled; a sync handler cannot be, so it sees
+        ``ctx.cancelled`` and gets the ``grace`` period to return. One that does not is
+        stuck in a thread for good: the process stops to be replaced (the other items
+        in flight finish within the grace or go back unspent, as on SIGTERM).
+        """
+        rt = self.rt
+        ctx._cancelled_by_hive()
+        if rt.handler.is_async:
+            task.cancel()
+        try:
+            done, _ = await asyncio.wait({task}, timeout=rt.options.grace)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        text = f"timed out after {timeout:g} s"
+        if not done:
+            if not rt.handler.is_async:
+                rt.handler_ended_process(
+                    f"item {item.id} {text} and its sync handler did not return within the {rt.options.grace:g} s grace"
+                )
+            text += " (the handler did not stop; its worker process is replaced)"
+        raise TimedOut(text)
 
     def cancel_running(self, item_id: str) -> bool:
         """The item was cancelled in storage: stop its handler (task cancelled, ``ctx.cancelled`` true).
