@@ -63,3 +63,13 @@ def stuck_sync(ctx: Any) -> Any:
     _mark(started, ctx.item_id)
     release.wait(NEVER)
     return {"late": True}
+
+
+def progress_sync(ctx: Any) -> Any:
+    """Reports two steps, waits for the test to have seen them, then reports the last one and returns."""
+    ctx.progress(1, 3, "one")
+    ctx.progress(2, 3, "two")
+    _mark(started, ctx.item_id)
+    release.wait(NEVER)
+    ctx.progress(3, 3, "done")
+    return {"ok": True}

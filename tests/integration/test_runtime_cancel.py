@@ -171,3 +171,51 @@ async def test_a_sync_handler_that_ignores_its_timeout_gets_its_process_replaced
         assert "timed out after 0.2 s (the handler did not stop; its worker process is replaced)" in item.error
         assert (await pool.get(waiting)).state is ItemState.PENDING  # never started: the process stopped first
         assert tally.failed == 1
+
+
+# -- progress (ctx.progress) ----------------------------------------------------------------------
+def test_bad_progress_values_are_refused_with_what_to_do() -> None:
+    from workhive.errors import InvalidArgument
+    from workhive.item_progress import check_progress
+
+    for args, said in [
+        ((-1,), "done must be a finite number >= 0"),
+        ((5, 4), "done (5) is more than total (4)"),
+        ((1, -2), "total must be a finite number >= 0"),
+        ((float("nan"),), "finite number"),
+        ((True,), "done must be"),
+        ((1, 2, 3), "note must be a string"),
+        ((1, 2, "x" * 501), "keep it to 500"),
+    ]:
+        with pytest.raises(InvalidArgument, match=said.replace("(", r"\(").replace(")", r"\)")):
+            check_progress(*args)
+    assert check_progress(0) == {"done": 0, "total": None, "note": None}
+
+
+@pytest.mark.asyncio
+async def test_progress_is_written_while_the_handler_runs_and_its_last_value_at_the_end(handlers) -> None:
+    from workhive.cli.status_cmd import gather_status
+    from workhive.item_progress import read_progress
+
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        item_id = await pool.push("steps")
+        runtime, sink, task = await start_fleet(hive, "cancel_handlers:progress_sync")
+        try:
+            await wait_event(handlers.started, item_id)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SAFETY
+            # A heartbeat writes the latest value (a beat between the two calls may write the first one).
+            while (value := await read_progress(hive, "jobs", item_id)) is None or value["done"] != 2:
+                assert loop.time() < deadline, f"no heartbeat wrote the latest progress (last seen: {value})"
+                await asyncio.sleep(0.01)
+            assert (value["done"], value["total"], value["note"], value["token"]) == (2, 3, "two", 1)
+            status = await gather_status(hive, "jobs")
+            assert status["pools"][0]["progress"][item_id]["note"] == "two"
+        finally:
+            handlers.release.set()
+        await wait_state(pool, item_id, ItemState.DONE)
+        await stop_fleet(runtime, sink, task)
+        last = await read_progress(hive, "jobs", item_id)
+        assert (last["done"], last["note"], last["token"]) == (3, "done", 1)  # written when the handler ended
+        assert (await gather_status(hive, "jobs"))["pools"][0]["progress"] == {}  # no longer claimed

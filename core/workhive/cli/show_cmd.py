@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool
+from workhive.item_progress import read_progress
 from workhive.models import WorkItem
 
 __all__ = ["show_cmd", "item_json"]
@@ -48,6 +49,16 @@ def _when(stamp: float | None, now: float) -> str:
     return f"{iso} ({relative})"
 
 
+def _progress_text(progress: dict[str, Any] | None) -> str:
+    if not progress:
+        return "-"
+    done, total, note = progress.get("done") or 0, progress.get("total"), progress.get("note")
+    text = f"{done:g}" + (f"/{total:g}" if total is not None else "")
+    if total:
+        text += f" ({100 * done / total:.0f}%)"
+    return text + (f" {note}" if note else "") + f" (claim {progress.get('token')})"
+
+
 @click.command("show")
 @click.argument("pool")
 @click.argument("item_id", metavar="ID")
@@ -66,7 +77,7 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         async with cli.hive(create=False) as hive:
             await require_pool(hive, pool)
             item = await hive.pool(pool).get(item_id)
-            return item_json(item, await hive.now())
+            return item_json(item, await hive.now()) | {"progress": await read_progress(hive, pool, item.id)}
 
     data = cli.run(fetch)
     if as_json:
@@ -88,6 +99,7 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         ("data", json.dumps(data["data"], ensure_ascii=False)),
         ("result", "-" if data["result"] is None else json.dumps(data["result"], ensure_ascii=False)),
         ("error", data["error"] or "-"),
+        ("progress", _progress_text(data["progress"])),
     ]
     for label, value in lines:
         echo(f"{label + ':':<11} {value}")  # an error's traceback keeps its lines; control characters are escaped

@@ -9,8 +9,9 @@ import click
 from workhive.budgets import learned_rates
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool, table
 from workhive.hive import Hive
+from workhive.item_progress import read_progress
 from workhive.liveness import process_gone
-from workhive.models import PoolStats, WorkerRecord, WorkerStatus
+from workhive.models import ItemState, PoolStats, WorkerRecord, WorkerStatus
 from workhive.urls import redact_url
 
 _GONE = (WorkerStatus.LOST, WorkerStatus.STOPPED)
@@ -40,13 +41,25 @@ def pool_json(stats: PoolStats, now: float) -> dict[str, Any]:
     }
 
 
+async def _progress(hive: Hive, pool: str, limit: int = 100) -> dict[str, Any]:
+    """The reported progress (``ctx.progress``) of up to ``limit`` claimed items of ``pool``, by item id."""
+    found: dict[str, Any] = {}
+    for item in await hive.pool(pool).items(ItemState.CLAIMED, limit=limit):
+        value = await read_progress(hive, pool, item.id)
+        if value is not None and value.get("token") == item.token:
+            found[item.id] = value
+    return found
+
+
 async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
     """What ``status`` shows, as plain data (the ``--json`` document)."""
     if pool is not None:
         await require_pool(hive, pool)
     names = [pool] if pool is not None else sorted(await hive.pools())
     now = await hive.now()
-    pools = [pool_json(await hive.pool(name).stats(), now) for name in names]
+    pools = [
+        pool_json(await hive.pool(name).stats(), now) | {"progress": await _progress(hive, name)} for name in names
+    ]
     records = await hive.workers.list(pool=pool) if pool is not None else await hive.workers.list()
     counts = {"active": 0, "dead": 0, "stale": 0, "lost": 0, "stopped": 0}
     for record in records:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument
+from workhive.item_progress import check_progress
 from workhive.locks import HeldLock
 from workhive.models import WorkItem
 
@@ -35,7 +36,7 @@ class HandlerContext:
     ...     return {"summary": text[:200]}
     """
 
-    __slots__ = ("_cancel", "credential", "hive", "item", "logger", "pool", "usage", "worker_id")
+    __slots__ = ("_cancel", "_progress", "credential", "hive", "item", "logger", "pool", "usage", "worker_id")
 
     def __init__(
         self,
@@ -58,6 +59,27 @@ class HandlerContext:
         # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out;
         # a threading.Event so that a sync handler in the thread pool can wait on it too.
         self._cancel = threading.Event()
+        # The latest ctx.progress value not yet written (the worker writes it at a heartbeat or the end).
+        self._progress: dict[str, Any] | None = None
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the handler got on this item; ``workhive show``, ``status --json`` and the dashboard show it.
+
+        Cheap to call often, from sync and async handlers alike: the worker writes
+        the latest value at most once per heartbeat, and the last one when the
+        handler ends. ``done`` and ``total`` are numbers >= 0 with ``done <= total``;
+        ``note`` a short text (scrubbed of secrets). Bad values raise ``InvalidArgument``.
+
+        >>> async def handler(ctx):  # doctest: +SKIP
+        ...     for n, page in enumerate(ctx.data["pages"], 1):
+        ...         await summarise(page)
+        ...         ctx.progress(n, len(ctx.data["pages"]), note=f"page {n}")
+        """
+        self._progress = check_progress(done, total, note)
+
+    def _take_progress(self) -> dict[str, Any] | None:
+        value, self._progress = self._progress, None
+        return value
 
     @property
     def cancelled(self) -> bool:

@@ -252,6 +252,8 @@ class ProcessRuntime:
                     if self.heartbeat_failures:
                         log.warning("heartbeats land again after %d failures", self.heartbeat_failures)
                         self.heartbeat_failures = 0
+                    for running in list(worker.running.values()):
+                        await worker.write_progress(running.item, running.ctx)  # at most one write a beat
                     if worker.running and cancels:
                         await worker.check_cancelled()
 

@@ -33,6 +33,7 @@ from workhive.errors import (
     StorageCorrupt,
     WorkhiveError,
 )
+from workhive.item_progress import write_progress
 from workhive.models import ItemState, WorkerRegistration, WorkerStatus, WorkItem
 from workhive.pool import error_text
 from workhive.runtime import events as ev
@@ -135,6 +136,8 @@ class Worker:
         # ids cancelled while running: their outcome is not settled (storage holds them CANCELLED).
         self.running: dict[str, _Running] = {}
         self.cancelled: set[str] = set()
+        # Contexts of handlers that ended with a progress value not yet written (written as they settle).
+        self.ended_contexts: dict[str, HandlerContext] = {}
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -568,6 +571,8 @@ class Worker:
             return result
         finally:
             self.running.pop(item.id, None)
+            if ctx._progress is not None:
+                self.ended_contexts[item.id] = ctx
 
     async def _timed_out(self, item: WorkItem, ctx: HandlerContext, task: asyncio.Future[Any], timeout: float) -> None:
         """The handler ran past ``--timeout``: stop it, and raise ``TimedOut`` (the item fails, retried or poisoned).
@@ -610,6 +615,21 @@ class Worker:
             running.task.cancel()
         return True
 
+    async def write_progress(self, item: WorkItem, ctx: HandlerContext) -> None:
+        """Write the handler's latest ``ctx.progress`` for ``item``, if it reported one since the last write.
+
+        Called at each heartbeat for the running items (so at most one write per item and
+        beat) and once when the handler ends (so the last value is always written).
+        Progress is informational: a failed write is logged, never fatal.
+        """
+        value = ctx._take_progress()
+        if value is None:
+            return
+        try:
+            await write_progress(self.rt.hive, self.rt.pool.name, item.id, item.token, value)
+        except WorkhiveError as exc:
+            log.debug("worker %s: writing the progress of %s failed: %s", self.worker_id, item.id, exc)
+
     async def check_cancelled(self) -> None:
         """At each heartbeat: read the running claims back and stop those cancelled in storage."""
         for item_id, running in list(self.running.items()):
@@ -644,6 +664,9 @@ class Worker:
         ``key``: the key the call was made with, told the outcome (None: the fleet has no keys).
         """
         key = key if key is not None else self.rt.keys.no_key
+        ended = self.ended_contexts.pop(item.id, None)
+        if ended is not None:
+            await self.write_progress(item, ended)  # the handler's last progress, whatever the outcome
         if item.id in self.cancelled:
             # Cancelled while it ran: storage holds it CANCELLED and refuses any settlement.
             self.cancelled.discard(item.id)
@@ -754,6 +777,8 @@ class Worker:
                 break
             finally:
                 self.running.pop(item.id, None)
+                if ctx._progress is not None:
+                    self.ended_contexts[item.id] = ctx  # a dict store: safe from this thread (the GIL)
             ran.append((item, result, None, time.perf_counter() - started))
             if inspect.isawaitable(result):
                 break  # awaited on the loop before anything else runs
