@@ -72,8 +72,12 @@ async def stop_fleet(runtime, sink, task) -> Tally:
 
 
 @pytest.mark.asyncio
-async def test_cancelling_a_running_async_handler_cancels_its_task(handlers) -> None:
-    async with workhive.open("memory://") as hive:
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_cancelling_a_running_async_handler_cancels_its_task(handlers, store, tmp_path) -> None:
+    if store == "sqlite":
+        pytest.importorskip("workhive_sqlite")
+    url = "memory://" if store == "memory" else f"sqlite:///{tmp_path}/hive.db"  # tmp_path is absolute: ////
+    async with workhive.open(url) as hive:
         pool = hive.pool("jobs")
         item_id = await pool.push("forever")
         runtime, sink, task = await start_fleet(hive, "cancel_handlers:wait_forever_async")
