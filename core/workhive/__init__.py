@@ -80,7 +80,7 @@ from workhive.plugin_manager import PluginInfo, PluginManager
 from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin, StoragePlugin
 from workhive.pool import Pool
 from workhive.shared_state import SharedState
-from workhive.storage import CompletesAndClaims, StorageBackend
+from workhive.storage import Cancels, CompletesAndClaims, StorageBackend
 from workhive.urls import redact_url
 from workhive.workers import Workers
 
@@ -109,6 +109,7 @@ __all__ = [
     "Verdict",
     "classify",
     "default_locks_url",
+    "Cancels",
     "CompletesAndClaims",
     "HeldLock",
     "HiveNotFound",
