@@ -85,7 +85,7 @@ from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin,
 from workhive.pool import Pool
 from workhive.schedules import Fired, Schedule, Schedules, StoresSchedules
 from workhive.shared_state import SharedState
-from workhive.storage import CompletesAndClaims, KeepsSteps, StorageBackend
+from workhive.storage import Cancels, CompletesAndClaims, KeepsSteps, StorageBackend
 from workhive.urls import redact_url
 from workhive.workers import Workers
 
@@ -114,6 +114,7 @@ __all__ = [
     "Verdict",
     "classify",
     "default_locks_url",
+    "Cancels",
     "CompletesAndClaims",
     "HeldLock",
     "HiveNotFound",

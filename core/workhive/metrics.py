@@ -228,7 +228,7 @@ async def sample(hive: Hive, pools: list[str] | None = None) -> None:
     now = await hive.now()
     for name in pools if pools is not None else await hive.pools():
         stats = await hive.pool(name).stats()
-        for state in ("pending", "delayed", "claimed", "done", "poisoned"):
+        for state in ("pending", "delayed", "claimed", "done", "poisoned", "cancelled"):
             m["depth"].labels(name, state).set(getattr(stats, state))
         oldest = 0.0 if stats.oldest_pending_at is None else max(0.0, now - stats.oldest_pending_at)
         m["oldest"].labels(name).set(oldest)

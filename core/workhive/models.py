@@ -42,6 +42,9 @@ class ItemState(str, enum.Enum):
     CLAIMED = "claimed"
     DONE = "done"
     POISONED = "poisoned"
+    #: stopped by ``Pool.cancel``: terminal like DONE/POISONED (kept, listed, purged by age,
+    #: requeueable by id); it frees its dedup key, and a holder's late settlement is refused
+    CANCELLED = "cancelled"
 
     def __str__(self) -> str:
         return self.value
@@ -226,7 +229,11 @@ class ReapedWorker:
 
 @attrs.frozen
 class PoolStats:
-    """Counts for one pool. ``pending`` counts ready items; ``delayed`` those waiting for their time."""
+    """Counts for one pool. ``pending`` counts ready items; ``delayed`` those waiting for their time.
+
+    ``cancelled`` comes last, with a default, so that a backend written before
+    cancellation (which can hold no cancelled item) still builds it.
+    """
 
     pool: str
     pending: int
@@ -235,10 +242,11 @@ class PoolStats:
     done: int
     poisoned: int
     oldest_pending_at: float | None = None
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
-        return self.pending + self.delayed + self.claimed + self.done + self.poisoned
+        return self.pending + self.delayed + self.claimed + self.done + self.poisoned + self.cancelled
 
 
 @attrs.frozen

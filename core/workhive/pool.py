@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workhive import envelope, tracing
-from workhive.errors import InvalidArgument, ItemNotFound, LeaseLost
+from workhive.errors import ConfigError, InvalidArgument, ItemNotFound, LeaseLost
 from workhive.ids import parse_receipt
 from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, StepRecord, WorkItem
 from workhive.redaction import scrub, scrub_json
 from workhive.steps import check_step_key, encode_step, steps_of
-from workhive.storage import CompletesAndClaims
+from workhive.storage import Cancels, CompletesAndClaims
 from workhive.validation import (
     check_count,
     check_dedup_key,
@@ -445,8 +445,9 @@ class Pool:
         where the last one stopped; ``fresh=True`` forgets them first, so every
         step runs again.
 
-        Every id is checked first: one that names no item of this pool raises
-        ``ItemNotFound``, one that is not poisoned ``InvalidArgument``, each naming
+        Cancelled items are requeued by id only (cancelling was a decision; ``requeue()``
+        takes the dead letters). Every id is checked first: one that names no item of
+        this pool raises ``ItemNotFound``, one neither poisoned nor cancelled ``InvalidArgument``, each naming
         the ids, and nothing is requeued. (Another process may requeue or purge
         one of them between the check and the requeue; the count says what moved.)
 
@@ -469,7 +470,7 @@ class Pool:
             item = await self._backend.get(self.name, item_id)
             if item is None:
                 unknown.append(item_id)
-            elif item.state is not ItemState.POISONED:
+            elif item.state is not ItemState.POISONED and item.state is not ItemState.CANCELLED:
                 not_poisoned.append(f"{item_id} is {item.state.value}")
         if unknown:
             raise ItemNotFound(
@@ -480,7 +481,8 @@ class Pool:
             )
         if not_poisoned:
             raise InvalidArgument(
-                f"only poisoned items can be requeued: in pool {self.name!r} item {_listing(not_poisoned)}; "
+                f"only poisoned or cancelled items can be requeued: in pool {self.name!r} "
+                f"item {_listing(not_poisoned)}; "
                 "nothing was requeued",
                 item_ids=[entry.split(" ", 1)[0] for entry in not_poisoned],
             )
@@ -535,13 +537,74 @@ class Pool:
         payload = encode_step(key, value)
         if not await keeper.step_put(self.name, item_id, token, key, payload, bool(failed)):
             raise await self._lease_lost(item_id, token, f"store step {key!r} of")
+    async def cancel(self, item_ids: Iterable[str]) -> dict[str, ItemState]:
+        """Cancel items of this pool, pending or running; returns each id cancelled with the state it was in.
+
+        A pending item is CANCELLED at once. A claimed one is CANCELLED in storage
+        at once too, so its holder's completion is refused (``LeaseLost``); the
+        holder's worker learns of it at its next heartbeat, cancels an async
+        handler's task and turns ``ctx.cancelled`` true for a sync one. Cancelled
+        items are kept, listed (``items("cancelled")``), counted, requeueable by
+        id and purged by age like finished ones.
+
+        Every id is checked first: one that names no item of this pool raises
+        ``ItemNotFound``, one already finished (done, poisoned or cancelled)
+        ``InvalidArgument``, each naming the ids, and nothing is cancelled. An id
+        that finishes between the check and the cancel is left out of the answer.
+        A backend without the optional ``cancel`` raises ``ConfigError``.
+
+        >>> await pool.cancel([item_id])  # doctest: +SKIP
+        {'i000000000000002a': <ItemState.CLAIMED: 'claimed'>}
+        """
+        backend = self._backend
+        if not isinstance(backend, Cancels):
+            raise ConfigError(
+                f"storage {type(backend).__name__} cannot cancel items (it lacks the optional cancel method, "
+                "workhive.storage.Cancels); use a storage engine that has it (memory, sqlite, postgres, redis)"
+            )
+        _refuse_scalar_batch(item_ids, "cancel")
+        ids = list(item_ids)
+        for item_id in ids:
+            if not isinstance(item_id, str):
+                raise InvalidArgument(f"item ids are strings, got {item_id!r} in {ids!r}", value=item_id)
+        ids = list(dict.fromkeys(ids))  # a repeated id counts once
+        unknown: list[str] = []
+        finished: list[str] = []
+        for item_id in ids:
+            item = await backend.get(self.name, item_id)
+            if item is None:
+                unknown.append(item_id)
+            elif item.state not in (ItemState.PENDING, ItemState.CLAIMED):
+                already = "already cancelled" if item.state is ItemState.CANCELLED else f"{item.state.value}"
+                finished.append(f"{item_id} is {already}")
+        if unknown:
+            raise ItemNotFound(
+                f"no item {_listing([repr(i) for i in unknown])} in pool {self.name!r}; nothing was cancelled",
+                item_id=unknown[0],
+                item_ids=unknown,
+                pool=self.name,
+            )
+        if finished:
+            raise InvalidArgument(
+                f"only pending or claimed items can be cancelled: in pool {self.name!r} item "
+                f"{_listing(finished)}; nothing was cancelled (requeue a finished item first to run it again)",
+                item_ids=[entry.split(" ", 1)[0] for entry in finished],
+            )
+        if not ids:
+            return {}
+        before = await backend.cancel(self.name, ids)
+        return {
+            item_id: state
+            for item_id, state in zip(ids, before)
+            if state is ItemState.PENDING or state is ItemState.CLAIMED
+        }
 
     async def release_by_worker(self, worker_id: str, *, spend_attempt: bool = True) -> int:
         """Release every item ``worker_id`` holds in this pool; returns the count."""
         return await self._backend.release_by_worker(self.name, worker_id, spend_attempt)
 
     async def purge(self, older_than: float) -> int:
-        """Delete done and poisoned items finished more than ``older_than`` seconds ago."""
+        """Delete done, poisoned and cancelled items finished more than ``older_than`` seconds ago."""
         return await self._backend.purge(self.name, check_nonnegative("older_than", older_than))
 
     async def wait_for_work(self, timeout: float) -> None:

@@ -120,7 +120,7 @@ reading.py              G1    get                 ``get(pool, id)``: that pool's
                                                                                                               stats_size_and_pools,
                                                                                                               [model]
                         T1    stats               pending = ready PENDING, delayed = PENDING not yet due,     delayed_item_waits_for_its_time,
-                                                  claimed, done, poisoned: exact counts.                      stats_size_and_pools,
+                                                  claimed, done, poisoned, cancelled (Z3): exact counts.      stats_size_and_pools,
                                                                                                               [model]
                         T2    stats               an expired lease counts as what it has become: pending      stats_counts_an_expired_claim_as_what_it_has_become,
                                                   (ready since its expiry) or poisoned if spent; never        [model]
@@ -129,14 +129,15 @@ reading.py              G1    get                 ``get(pool, id)``: that pool's
                                                   items (expired claims: their expiry); None when none.       oldest_pending_at_is_when_a_ready_item_became_available,
                                                                                                               [model]
 
-requeue_and_purge.py    Q1    requeue             POISONED items (given ids, or all) to PENDING, now,         dead_listing_and_requeue,
-                                                  ``attempts = 0``, ``finished_at``/``claimed_by`` cleared,   [model]
-                                                  ``error`` kept; unknown or repeated ids ignored; count.
+requeue_and_purge.py    Q1    requeue             POISONED items (given ids, or all; CANCELLED ones by id     dead_listing_and_requeue,
+                                                  only, Z3) to PENDING, now, ``attempts = 0``,                [model]
+                                                  ``finished_at``/``claimed_by`` cleared, ``error`` kept;
+                                                  unknown or repeated ids ignored; count.
                         Q2    requeue             a requeued item holds its dedup key again (unless another   requeue_restores_the_dedup_key,
                                                   live item took it meanwhile).                               [model]
-                        U1    purge               deletes DONE/POISONED items with ``finished_at <            purge_deletes_old_finished_items,
-                                                  now - older_than`` (by finish time, never creation time;    purge_ages_items_by_when_they_finished,
-                                                  strictly older); returns the count.                         purge_takes_only_items_finished_more_than_older_than_ago,
+                        U1    purge               deletes DONE/POISONED/CANCELLED items with ``finished_at    purge_deletes_old_finished_items,
+                                                  < now - older_than`` (by finish time, never creation        purge_ages_items_by_when_they_finished,
+                                                  time; strictly older); returns the count.                   purge_takes_only_items_finished_more_than_older_than_ago,
                                                                                                               [model]
 
 workers.py              W1    register_worker     insert or replace: STARTING, ``registered_at =              register_get_list_and_status,
@@ -206,6 +207,23 @@ steps.py                ST1   step_put            optional (``KeepsSteps``): sto
                                                   called; a backend without ``KeepsSteps``:
                                                   ``StepsUnsupported``. Nothing is stored, a claim is kept.
 
+cancel.py               Z1    cancel              optional (``Cancels``): each given PENDING or CLAIMED       cancel_takes_pending_and_claimed_items,
+                                                  item becomes CANCELLED, ``finished_at = now``, lease        cancel_reports_finished_and_unknown_ids_and_changes_nothing,
+                                                  fields cleared, ``claimed_by`` (the holder, if any) and     cancel_on_a_backend_without_it_is_a_config_error,
+                                                  token kept; returns per id the state it was in (None: no    [model]
+                                                  such item in the pool). DONE/POISONED/CANCELLED items are
+                                                  returned as they are, unchanged. An expired claim may be
+                                                  settled first (X1): then it is cancelled as what it has
+                                                  become, or returned POISONED if its attempts are spent.
+                        Z2    cancel              a cancelled claim can no longer be completed, failed,       a_cancelled_claim_refuses_its_holder_and_is_not_renewed,
+                                                  released or extended (A1: it is not CLAIMED); heartbeats    [model]
+                                                  do not renew it and reap leaves it alone.
+                        Z3    cancel              a cancelled item frees its dedup key (P3); ``list_items``   cancelled_items_are_listed_counted_requeued_and_purged,
+                                                  lists it, ``stats().cancelled`` counts it, ``requeue``      [model]
+                                                  with its id makes it PENDING like a POISONED one (Q1, Q2;
+                                                  ``requeue(None)`` takes POISONED ones only), ``purge``
+                                                  ages it out (U1).
+
 ../budgets.py           O2    take_budget         optional (``workhive.budgets.TakesBudget``): GCRA rate      ``workhive.testing.budgets.BudgetContract``
                                                   budgets; reserve the soonest of several choices within
                                                   ``max_wait`` atomically, on the backend's clock.
@@ -267,7 +285,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["CompletesAndClaims", "KeepsSteps", "StorageBackend", "check_backend"]
+__all__ = ["Cancels", "CompletesAndClaims", "KeepsSteps", "StorageBackend", "check_backend"]
 
 
 @runtime_checkable
@@ -342,6 +360,26 @@ class CompletesAndClaims(Protocol):
         Returns ``(accepted, claimed)``. When the ack is refused nothing is
         claimed and nothing changes.
         """
+        ...
+
+
+@runtime_checkable
+class Cancels(Protocol):
+    """An optional backend method: cancel items, pending or claimed (rules Z1-Z3).
+
+    ``Pool.cancel`` checks for it with ``isinstance`` and refuses with a
+    ``ConfigError`` on a backend without it. The holder of a cancelled claim
+    learns of it through ``get`` (its worker process reads its running items at
+    each heartbeat); its settlements are refused meanwhile, as a lost claim's are (A1).
+
+    >>> class MyBackend:  # doctest: +SKIP
+    ...     async def cancel(self, pool, item_ids):
+    ...         async with self.transaction():
+    ...             return [await self._cancel_one(pool, item_id) for item_id in item_ids]
+    """
+
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        """Cancel each live item of ``item_ids`` (distinct ids); per id, the state it was in (None: unknown)."""
         ...
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from workhive.cli.cancel_cmd import cancel_cmd
 from workhive.cli.config_cmd import config_cmd
 from workhive.cli.context import CliContext, echo
 from workhive.cli.dead_cmd import dead_cmd
@@ -103,6 +104,7 @@ for _command in (
     dead_cmd,
     show_cmd,
     requeue_cmd,
+    cancel_cmd,
     purge_cmd,
     reap_cmd,
     schedule_cmd,

@@ -21,7 +21,8 @@ def requeue_cmd(
 ) -> None:
     """Move poisoned items of POOL (the IDs given, or --all) back to pending with fresh attempts.
 
-    Every ID is checked first: an unknown or not-poisoned ID and nothing is requeued.
+    Cancelled items are requeued by ID (--all takes poisoned ones only). Every ID is
+    checked first: an unknown ID, or one neither poisoned nor cancelled, and nothing is requeued.
     Their durable steps are kept, so they resume where they stopped; --fresh forgets them.
     """
     if bool(item_ids) == requeue_all:
@@ -35,9 +36,10 @@ def requeue_cmd(
                 return await target.requeue(fresh=fresh)
             for item_id in item_ids:
                 item = await target.get(item_id)  # ItemNotFound for an unknown id
-                if item.state is not ItemState.POISONED:
+                if item.state is not ItemState.POISONED and item.state is not ItemState.CANCELLED:
                     raise InvalidArgument(
-                        f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned; nothing was requeued",
+                        f"item {item_id} of pool {pool!r} is {item.state.value}, not poisoned or cancelled; "
+                        "nothing was requeued",
                         item_id=item_id,
                     )
             return await target.requeue(item_ids, fresh=fresh)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool
+from workhive.item_progress import read_progress
 from workhive.models import StepRecord, WorkItem
 from workhive.storage import KeepsSteps
 
@@ -60,6 +61,16 @@ def _when(stamp: float | None, now: float) -> str:
     return f"{iso} ({relative})"
 
 
+def _progress_text(progress: dict[str, Any] | None) -> str:
+    if not progress:
+        return "-"
+    done, total, note = progress.get("done") or 0, progress.get("total"), progress.get("note")
+    text = f"{done:g}" + (f"/{total:g}" if total is not None else "")
+    if total:
+        text += f" ({100 * done / total:.0f}%)"
+    return text + (f" {note}" if note else "") + f" (claim {progress.get('token')})"
+
+
 @click.command("show")
 @click.argument("pool")
 @click.argument("item_id", metavar="ID")
@@ -78,7 +89,7 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         async with cli.hive(create=False) as hive:
             await require_pool(hive, pool)
             item = await hive.pool(pool).get(item_id)
-            shown = item_json(item, await hive.now())
+            shown = item_json(item, await hive.now()) | {"progress": await read_progress(hive, pool, item.id)}
             if isinstance(hive.storage, KeepsSteps):  # a backend without steps shows none (no "steps" key)
                 shown["steps"] = steps_json(await hive.pool(pool).steps(item.id))
             return shown
@@ -103,6 +114,7 @@ def show_cmd(cli: CliContext, pool: str, item_id: str, as_json: bool) -> None:
         ("data", json.dumps(data["data"], ensure_ascii=False)),
         ("result", "-" if data["result"] is None else json.dumps(data["result"], ensure_ascii=False)),
         ("error", data["error"] or "-"),
+        ("progress", _progress_text(data["progress"])),
     ]
     if "steps" in data:
         lines.append(("steps", str(len(data["steps"])) if data["steps"] else "-"))

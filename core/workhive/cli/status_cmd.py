@@ -9,8 +9,9 @@ import click
 from workhive.budgets import learned_rates
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool, table
 from workhive.hive import Hive
+from workhive.item_progress import read_progress
 from workhive.liveness import process_gone
-from workhive.models import PoolStats, WorkerRecord, WorkerStatus
+from workhive.models import ItemState, PoolStats, WorkerRecord, WorkerStatus
 from workhive.urls import redact_url
 
 _GONE = (WorkerStatus.LOST, WorkerStatus.STOPPED)
@@ -35,8 +36,19 @@ def pool_json(stats: PoolStats, now: float) -> dict[str, Any]:
         "claimed": stats.claimed,
         "done": stats.done,
         "poisoned": stats.poisoned,
+        "cancelled": stats.cancelled,
         "oldest_pending_age": oldest,
     }
+
+
+async def _progress(hive: Hive, pool: str, limit: int = 100) -> dict[str, Any]:
+    """The reported progress (``ctx.progress``) of up to ``limit`` claimed items of ``pool``, by item id."""
+    found: dict[str, Any] = {}
+    for item in await hive.pool(pool).items(ItemState.CLAIMED, limit=limit):
+        value = await read_progress(hive, pool, item.id)
+        if value is not None and value.get("token") == item.token:
+            found[item.id] = value
+    return found
 
 
 async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
@@ -45,7 +57,9 @@ async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
         await require_pool(hive, pool)
     names = [pool] if pool is not None else sorted(await hive.pools())
     now = await hive.now()
-    pools = [pool_json(await hive.pool(name).stats(), now) for name in names]
+    pools = [
+        pool_json(await hive.pool(name).stats(), now) | {"progress": await _progress(hive, name)} for name in names
+    ]
     records = await hive.workers.list(pool=pool) if pool is not None else await hive.workers.list()
     counts = {"active": 0, "dead": 0, "stale": 0, "lost": 0, "stopped": 0}
     for record in records:
@@ -65,7 +79,7 @@ async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
 @json_option
 @pass_cli
 def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
-    """Show pending, claimed, done and poisoned items per pool, and active, stale and lost workers.
+    """Show pending, claimed, done, poisoned and cancelled items per pool, and active, stale and lost workers.
 
     With POOL, only that pool (and the workers serving it).
     """
@@ -81,7 +95,9 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
     if not data["pools"]:
         echo(f"no pools yet in {redact_url(cli.config['storage'])} (push some work: workhive push POOL FILE)")
     else:
-        rows: list[tuple[Any, ...]] = [("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "OLDEST")]
+        rows: list[tuple[Any, ...]] = [
+            ("POOL", "PENDING", "DELAYED", "CLAIMED", "DONE", "POISONED", "CANCELLED", "OLDEST")
+        ]
         for p in data["pools"]:
             rows.append(
                 (
@@ -91,6 +107,7 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
                     p["claimed"],
                     p["done"],
                     p["poisoned"],
+                    p["cancelled"],
                     format_age(p["oldest_pending_age"]),
                 )
             )

@@ -27,6 +27,8 @@ def print_report(report: Any) -> None:
         f"{report.pool}: {report.done} done, {report.failed} failed (retried), {report.poisoned} poisoned, "
         f"{report.released} released, in {format_age(report.elapsed)}"
     )
+    if getattr(report, "cancelled", 0):
+        echo(f"cancelled while running: {report.cancelled} (Pool.cancel / workhive cancel)")
     if report.rate_limited:
         per_key = ", ".join(f"{name} {count}" for name, count in sorted(report.rate_limited.items()))
         echo(f"rate limited (429s): {per_key}")
@@ -119,6 +121,13 @@ def _cwd_importable() -> None:
     help="Longest a worker waits for a key's rate budget before a call, in seconds [30].",
 )
 @click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a handler may run on one item: then an async handler is cancelled, a sync one sees "
+    "ctx.cancelled and gets --grace before its process is replaced; the item fails 'timed out' [no limit].",
+)
+@click.option(
     "--learn-limits",
     is_flag=True,
     help="Learn the request rate of keys given without rpm (slows down on 429s, speeds up while calls succeed).",
@@ -150,6 +159,7 @@ def work_cmd(
     allow_large_fleet: bool,
     token_estimate: float | None,
     budget_wait: float | None,
+    timeout: float | None,
     learn_limits: bool,
     verbose: int,
     log_level: str | None,
@@ -189,6 +199,8 @@ def work_cmd(
         budget_options["token_estimate"] = token_estimate
     if budget_wait is not None:
         budget_options["budget_wait"] = budget_wait
+    if timeout is not None:
+        budget_options["timeout"] = timeout
     options = config.fleet_options(
         pool, until_empty=until_empty, no_plugins=cli.no_plugins, allow_large_fleet=allow_large_fleet, **budget_options
     )

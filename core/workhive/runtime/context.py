@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from workhive.errors import InvalidArgument
+from workhive.item_progress import check_progress
 from workhive.locks import HeldLock
 from workhive.models import WorkItem
 from workhive.steps import StepJournal, step_key_for
@@ -36,7 +38,19 @@ class HandlerContext:
     ...     return {"summary": text[:200]}
     """
 
-    __slots__ = ("_loop", "_steps", "credential", "hive", "item", "logger", "pool", "usage", "worker_id")
+    __slots__ = (
+        "_cancel",
+        "_loop",
+        "_progress",
+        "_steps",
+        "credential",
+        "hive",
+        "item",
+        "logger",
+        "pool",
+        "usage",
+        "worker_id",
+    )
 
     def __init__(
         self,
@@ -63,6 +77,58 @@ class HandlerContext:
                 loop = asyncio.get_running_loop()
         self._loop = loop
         self._steps: StepJournal | None = None
+        # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out;
+        # a threading.Event so that a sync handler in the thread pool can wait on it too.
+        self._cancel = threading.Event()
+        # The latest ctx.progress value not yet written (the worker writes it at a heartbeat or the end).
+        self._progress: dict[str, Any] | None = None
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the handler got on this item; ``workhive show``, ``status --json`` and the dashboard show it.
+
+        Cheap to call often, from sync and async handlers alike: the worker writes
+        the latest value at most once per heartbeat, and the last one when the
+        handler ends. ``done`` and ``total`` are numbers >= 0 with ``done <= total``;
+        ``note`` a short text (scrubbed of secrets). Bad values raise ``InvalidArgument``.
+
+        >>> async def handler(ctx):  # doctest: +SKIP
+        ...     for n, page in enumerate(ctx.data["pages"], 1):
+        ...         await summarise(page)
+        ...         ctx.progress(n, len(ctx.data["pages"]), note=f"page {n}")
+        """
+        self._progress = check_progress(done, total, note)
+
+    def _take_progress(self) -> dict[str, Any] | None:
+        value, self._progress = self._progress, None
+        return value
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the item was cancelled (``Pool.cancel``) while this handler ran: stop, the result is refused.
+
+        An async handler's task is cancelled as well; a sync handler cannot be
+        interrupted, so it should look at this between steps (or wait on it with
+        ``wait_cancelled``) and return early. Whatever it returns is not stored.
+
+        >>> def handler(ctx):  # doctest: +SKIP
+        ...     for page in ctx.data["pages"]:
+        ...         if ctx.cancelled:
+        ...             return None
+        ...         summarise(page)
+        """
+        return self._cancel.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block (a sync handler's thread) until the item is cancelled or ``timeout`` passes; True if cancelled.
+
+        >>> def handler(ctx):  # doctest: +SKIP
+        ...     while not ctx.wait_cancelled(timeout=5.0):
+        ...         poll_the_long_job()
+        """
+        return self._cancel.wait(timeout)
+
+    def _cancelled_by_hive(self) -> None:
+        self._cancel.set()
 
     @property
     def data(self) -> Any:

@@ -40,6 +40,7 @@ FATAL = "fatal"  # exit code, message[, STORAGE_FAULT]: the process cannot run (
 EXIT = "exit"  # exit code, reason, workers whose claims it could not give back: its last word before it exits
 BUDGET_WAIT = "budget_wait"  # seconds a worker waited for its key's rate budget before a call
 RAN_DRY = "ran_dry"  # worker id: a busy worker's claim found nothing (a hint that the pool may have drained)
+CANCELLED = "cancelled"  # n items cancelled (Pool.cancel) while their handler ran here, then their ids
 
 #: the kind a FATAL event may carry: the process stops because storage kept failing (no item is to blame)
 STORAGE_FAULT = "storage"
@@ -94,6 +95,7 @@ class Tally:
     workers_lost: int = 0
     budget_waits: int = 0  # calls that waited for rate budget
     budget_wait_seconds: float = 0.0
+    cancelled: int = 0  # items cancelled while their handler ran (the handler stopped, nothing settled)
 
     def apply(self, event: list[Any]) -> None:
         kind = event[0]
@@ -113,6 +115,8 @@ class Tally:
             self.workers_started += 1
         elif kind == WORKER_LOST:
             self.workers_lost += 1
+        elif kind == CANCELLED:
+            self.cancelled += int(event[1])
         elif kind == BUDGET_WAIT:
             self.budget_waits += 1
             self.budget_wait_seconds += float(event[1])

@@ -55,6 +55,8 @@ def check_options(options: FleetOptions) -> None:
                     "(allow_large_fleet=True): every process costs memory and every async worker a registry row"
                 )
     seconds("budget_wait", options.budget_wait)
+    if options.timeout is not None:
+        seconds("timeout (--timeout)", options.timeout)
     estimate = options.token_estimate
     if isinstance(estimate, bool) or not isinstance(estimate, (int, float)) or not 0 <= estimate < float("inf"):
         raise ConfigError(f"token_estimate must be a number of tokens >= 0, got {estimate!r}")

@@ -64,6 +64,10 @@ class FleetOptions:
     token_estimate: float = 0.0
     budget_wait: float = 30.0
     learn_limits: bool = False
+    # seconds a handler may run on one item (None: no limit): past it an async handler's task is
+    # cancelled, a sync one sees ctx.cancelled and gets ``grace`` seconds to return before its
+    # process is replaced; the item fails "timed out after N s" (retried or poisoned by attempts)
+    timeout: float | None = None
 
 
 @attrs.frozen
@@ -84,3 +88,4 @@ class FleetReport:
     reason: str
     budget_waits: int = 0  # calls that waited for their key's rate budget (workhive.budgets)
     processes_replaced: int = 0  # worker processes that died, or could not be started, and were replaced
+    cancelled: int = 0  # items cancelled (Pool.cancel) while a worker of this fleet ran them

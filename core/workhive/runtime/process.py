@@ -51,6 +51,7 @@ from workhive.runtime.shared import (
     options_from_json,
 )
 from workhive.runtime.worker import Worker
+from workhive.storage import Cancels
 from workhive.terminal import log_to_stderr
 
 if TYPE_CHECKING:
@@ -231,6 +232,8 @@ class ProcessRuntime:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.options.heartbeat
+        # A beat also carries cancellations: the worker reads its running claims back (Pool.cancel).
+        cancels = isinstance(self.hive.storage, Cancels)
         while True:
             await asyncio.sleep(interval)
             self.counts.publish_soon()
@@ -254,6 +257,10 @@ class ProcessRuntime:
                     if self.heartbeat_failures:
                         log.warning("heartbeats land again after %d failures", self.heartbeat_failures)
                         self.heartbeat_failures = 0
+                    for running in list(worker.running.values()):
+                        await worker.write_progress(running.item, running.ctx)  # at most one write a beat
+                    if worker.running and cancels:
+                        await worker.check_cancelled()
 
     async def _watch_empty(self) -> None:
         while not self.stopping:

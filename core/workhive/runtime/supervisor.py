@@ -904,4 +904,5 @@ class Supervisor:
             exit_code=code,
             reason=scrub(reason),
             budget_waits=self.tally.budget_waits,
+            cancelled=self.tally.cancelled,
         )

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from workhive import tracing
@@ -33,6 +34,7 @@ from workhive.errors import (
     StorageCorrupt,
     WorkhiveError,
 )
+from workhive.item_progress import write_progress
 from workhive.models import ItemState, WorkerRegistration, WorkerStatus, WorkItem
 from workhive.pool import error_text
 from workhive.runtime import events as ev
@@ -67,6 +69,40 @@ CLAIM_RETRY_MAX = 5.0
 ACK_FLUSH_SECONDS = 0.05
 
 
+class _Running:
+    """A claim whose handler is running: its context, and its asyncio task when the handler is async."""
+
+    __slots__ = ("ctx", "item", "task")
+
+    def __init__(self, item: WorkItem, ctx: HandlerContext) -> None:
+        self.item = item
+        self.ctx = ctx
+        self.task: asyncio.Future[Any] | None = None
+
+
+class TimedOut(Exception):
+    """A handler ran past the fleet's ``--timeout`` on an item: a failure like any other (retried, then poisoned)."""
+
+
+class _CancelledByHive(Exception):
+    """An async handler's task was cancelled because its item was (``Pool.cancel``): not a failure."""
+
+
+async def _outcome(call: Awaitable[Any]) -> tuple[Any, BaseException | None]:
+    """``call``'s result, or what it raised, as a value.
+
+    A task that raises ``SystemExit`` or ``KeyboardInterrupt`` sends it out of the
+    event loop itself; kept as a value, it reaches the worker's handling of a
+    handler that ends its process. Cancellation still cancels the task.
+    """
+    try:
+        return await call, None
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return None, exc
+
+
 def new_worker_id(slot: int) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-w{slot}-{uuid.uuid4().hex[:6]}"
 
@@ -99,6 +135,12 @@ class Worker:
         self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
         # The process's event loop, for contexts built in the thread pool (a sync ctx.step calls storage there).
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The claims whose handler runs now (the heartbeat looks them up for cancellations), and the
+        # ids cancelled while running: their outcome is not settled (storage holds them CANCELLED).
+        self.running: dict[str, _Running] = {}
+        self.cancelled: set[str] = set()
+        # Contexts of handlers that ended with a progress value not yet written (written as they settle).
+        self.ended_contexts: dict[str, HandlerContext] = {}
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -338,7 +380,8 @@ class Worker:
         ran = 0
         # A plain-function handler with no keys to lease runs several items per trip to the
         # thread pool (see _run_in_thread); every other case runs one item at a time.
-        in_thread = not self.rt.handler.is_async and not self.rt.keys.active
+        # With --timeout each item runs on its own, so that the clock runs per item.
+        in_thread = not self.rt.handler.is_async and not self.rt.keys.active and self.rt.options.timeout is None
         index = 0
         try:
             while index < len(items):
@@ -485,7 +528,7 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     try:
-                        result = await rt.handler(ctx, rt.executor)
+                        result = await self._call_handler(item, ctx)
                     finally:
                         if rt.metrics is not None:
                             rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
@@ -499,6 +542,114 @@ class Worker:
                     await self._settle(item, None, result, key)
             finally:
                 key.usage = ctx.usage
+
+    async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
+        """Run the handler for ``item``, where ``cancel_running`` can reach it.
+
+        An async handler runs as its own task, awaited through ``asyncio.wait``: a
+        cancellation of this worker (the grace period's end) cancels it as before, while
+        ``cancel_running`` cancels only the handler's task, which ends as ``_CancelledByHive``.
+        """
+        rt = self.rt
+        running = self.running[item.id] = _Running(item, ctx)
+        timeout = rt.options.timeout
+        try:
+            if not rt.handler.is_async and timeout is None:
+                return await rt.handler(ctx, rt.executor)
+            task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
+            if rt.handler.is_async:
+                running.task = task  # a sync handler's thread cannot be cancelled: it sees ctx.cancelled
+            try:
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if not done:
+                assert timeout is not None
+                await self._timed_out(item, ctx, task, timeout)
+            if task.cancelled() and item.id in self.cancelled:
+                raise _CancelledByHive(f"item {item.id} was cancelled")
+            result, raised = task.result()
+            if raised is not None:
+                raise raised  # here, in the worker's own task, as when the handler was awaited directly
+            return result
+        finally:
+            self.running.pop(item.id, None)
+            if ctx._progress is not None:
+                self.ended_contexts[item.id] = ctx
+
+    async def _timed_out(self, item: WorkItem, ctx: HandlerContext, task: asyncio.Future[Any], timeout: float) -> None:
+        """The handler ran past ``--timeout``: stop it, and raise ``TimedOut`` (the item fails, retried or poisoned).
+
+        An async handler's task is cancelled; a sync handler cannot be, so it sees
+        ``ctx.cancelled`` and gets the ``grace`` period to return. One that does not is
+        stuck in a thread for good: the process stops to be replaced (the other items
+        in flight finish within the grace or go back unspent, as on SIGTERM).
+        """
+        rt = self.rt
+        ctx._cancelled_by_hive()
+        if rt.handler.is_async:
+            task.cancel()
+        try:
+            done, _ = await asyncio.wait({task}, timeout=rt.options.grace)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        text = f"timed out after {timeout:g} s"
+        if not done:
+            if not rt.handler.is_async:
+                rt.handler_ended_process(
+                    f"item {item.id} {text} and its sync handler did not return within the {rt.options.grace:g} s grace"
+                )
+            text += " (the handler did not stop; its worker process is replaced)"
+        raise TimedOut(text)
+
+    def cancel_running(self, item_id: str) -> bool:
+        """The item was cancelled in storage: stop its handler (task cancelled, ``ctx.cancelled`` true).
+
+        Its outcome is then not settled: storage already holds it CANCELLED, and
+        would refuse the completion anyway. False if it no longer runs here.
+        """
+        running = self.running.get(item_id)
+        if running is None:
+            return False
+        self.cancelled.add(item_id)
+        running.ctx._cancelled_by_hive()
+        if running.task is not None:
+            running.task.cancel()
+        return True
+
+    async def write_progress(self, item: WorkItem, ctx: HandlerContext) -> None:
+        """Write the handler's latest ``ctx.progress`` for ``item``, if it reported one since the last write.
+
+        Called at each heartbeat for the running items (so at most one write per item and
+        beat) and once when the handler ends (so the last value is always written).
+        Progress is informational: a failed write is logged, never fatal.
+        """
+        value = ctx._take_progress()
+        if value is None:
+            return
+        try:
+            await write_progress(self.rt.hive, self.rt.pool.name, item.id, item.token, value)
+        except WorkhiveError as exc:
+            log.debug("worker %s: writing the progress of %s failed: %s", self.worker_id, item.id, exc)
+
+    async def check_cancelled(self) -> None:
+        """At each heartbeat: read the running claims back and stop those cancelled in storage."""
+        for item_id, running in list(self.running.items()):
+            try:
+                current = await self.rt.hive.storage.get(self.rt.pool.name, item_id)
+            except WorkhiveError as exc:  # the next beat looks again
+                log.debug("worker %s: reading item %s back for cancellation: %s", self.worker_id, item_id, exc)
+                return
+            if (
+                current is not None
+                and current.state is ItemState.CANCELLED
+                and current.token == running.item.token
+                and self.running.get(item_id) is running
+            ):
+                log.info("worker %s: item %s was cancelled; stopping its handler", self.worker_id, item_id)
+                self.cancel_running(item_id)
 
     def _context(
         self, item: WorkItem, credential: Credential | None = None, loop: asyncio.AbstractEventLoop | None = None
@@ -522,6 +673,14 @@ class Worker:
         """
         key = key if key is not None else self.rt.keys.no_key
         tracing.outcome(exc)
+        ended = self.ended_contexts.pop(item.id, None)
+        if ended is not None:
+            await self.write_progress(item, ended)  # the handler's last progress, whatever the outcome
+        if item.id in self.cancelled:
+            # Cancelled while it ran: storage holds it CANCELLED and refuses any settlement.
+            self.cancelled.discard(item.id)
+            self.rt.emit(ev.CANCELLED, 1, item.id)
+            return
         if isinstance(exc, RateLimited):
             await self._rate_limited(item, key, exc)
         elif isinstance(exc, AuthFailed):
@@ -621,12 +780,18 @@ class Worker:
                 break
             rt.emit(ev.START, self.worker_id, item.id, item.token, 0)
             started = time.perf_counter()
+            ctx = self._context(item, loop=loop)
+            self.running[item.id] = _Running(item, ctx)  # the heartbeat may cancel it (ctx.cancelled)
             try:
                 with tracing.handling(rt.pool.name, item, self.worker_id, default="ok"):
-                    result = function(self._context(item, loop=loop))
+                    result = function(ctx)
             except BaseException as exc:
                 ran.append((item, None, exc, time.perf_counter() - started))
                 break
+            finally:
+                self.running.pop(item.id, None)
+                if ctx._progress is not None:
+                    self.ended_contexts[item.id] = ctx  # a dict store: safe from this thread (the GIL)
             ran.append((item, result, None, time.perf_counter() - started))
             if inspect.isawaitable(result):
                 break  # awaited on the loop before anything else runs

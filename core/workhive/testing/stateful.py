@@ -1,7 +1,8 @@
 """The storage model test: random operation sequences against a reference model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives push, claim, complete, fail,
-release, extend, heartbeat, reap, requeue and the passing of time against a
+release, extend, heartbeat, reap, requeue, cancel (on backends with the
+optional ``cancel``) and the passing of time against a
 backend through the public facade, mirrors each step on a small pure-Python
 model, and after every step checks each item's state, attempts, token and
 lease against what the backend reports.
@@ -49,7 +50,7 @@ from workhive.errors import LeaseLost, WorkerLost
 from workhive.hive import Hive
 from workhive.models import ItemState, WorkItem
 from workhive.plugin_manager import PluginManager
-from workhive.storage import KeepsSteps, StorageBackend
+from workhive.storage import Cancels, KeepsSteps, StorageBackend
 from workhive.testing.clock import ManualClock
 
 __all__ = ["StorageStatefulContract"]
@@ -522,6 +523,32 @@ class _StorageMachine(RuleBasedStateMachine):
             if claim.id in self.items:
                 self.check_steps([self.items[claim.id]])  # the refused write changed nothing
 
+    @precondition(lambda self: isinstance(self.hive.storage, Cancels))
+    @rule(pool=st.sampled_from(POOLS), pick=st.integers(0, 10_000))
+    def cancel(self, pool: str, pick: int) -> None:
+        """Z1-Z3 on a backend with the optional ``cancel``: any item of the pool, live or finished."""
+        mine = [m for m in self.items.values() if m.pool == pool]
+        if not mine:
+            return
+        m = mine[pick % len(mine)]
+        before = self.run(self.hive.storage.cancel(pool, [m.id]))  # type: ignore[attr-defined]
+        where = f"cancel of item {m.id} (model {m}, backend said {before})"
+        if self.expired(m):
+            # Settled first or not (Z1): it reads CANCELLED, or POISONED when spent and settled.
+            seen = self.run(self.hive.storage.get(pool, m.id))
+            assert seen is not None, where
+            if seen.state is ItemState.POISONED:
+                assert before == [ItemState.POISONED], where
+                self.adopt_expiry(m, seen)
+                return
+            assert before in ([ItemState.CLAIMED], [ItemState.PENDING]), where
+            assert seen.state is ItemState.CANCELLED, where
+            self.finish(m, ItemState.CANCELLED, self.now)
+            return
+        assert before == [m.state], where
+        if m.state in (ItemState.PENDING, ItemState.CLAIMED):
+            self.finish(m, ItemState.CANCELLED, self.now)
+
     @rule(
         pool=st.sampled_from(POOLS),
         pick=st.one_of(st.none(), st.integers(0, 10_000)),
@@ -529,6 +556,14 @@ class _StorageMachine(RuleBasedStateMachine):
     )
     def requeue(self, pool: str, pick: int | None, fresh: bool) -> None:
         dead = [m for m in self.items.values() if m.pool == pool and m.state is ItemState.POISONED]
+        cancelled = [m for m in self.items.values() if m.pool == pool and m.state is ItemState.CANCELLED]
+        if pick is not None and cancelled and pick % 2:
+            # Z3: a cancelled item comes back by its id, as a poisoned one does.
+            m = cancelled[pick % len(cancelled)]
+            assert self.run(self.hive.pool(pool).requeue([m.id])) == 1, f"requeue of cancelled {m.id}"
+            self.unclaim(m, self.now)
+            m.attempts, m.finished_at = 0, None
+            return
         ids = None if pick is None or not dead else [dead[pick % len(dead)].id]
         if fresh and ids is not None and isinstance(self.hive.storage, KeepsSteps):
             # [ST5] requeue(fresh=True) of given ids: their steps go (an unknown id raises; these are poisoned).
@@ -564,7 +599,9 @@ class _StorageMachine(RuleBasedStateMachine):
         finished = [
             (m, m.finished_at - cutoff)
             for m in self.items.values()
-            if m.pool == pool and m.state in (ItemState.DONE, ItemState.POISONED) and m.finished_at is not None
+            if m.pool == pool
+            and m.state in (ItemState.DONE, ItemState.POISONED, ItemState.CANCELLED)
+            and m.finished_at is not None
         ]
         due = [m for m, early in finished if early < 0 and not (self.tol and -early <= self.tol)]
         maybe = [m for m, early in finished if self.tol and abs(early) <= self.tol]
@@ -627,7 +664,7 @@ class _StorageMachine(RuleBasedStateMachine):
         # leases, which would hide a backend that accepts an expired claim.
         for pool in POOLS:
             got = self.run(self.hive.storage.stats(pool))
-            want = {"pending": 0, "delayed": 0, "claimed": 0, "done": 0, "poisoned": 0}
+            want = {"pending": 0, "delayed": 0, "claimed": 0, "done": 0, "poisoned": 0, "cancelled": 0}
             ready_since: list[float] = []
             for m in self.items.values():
                 if m.pool != pool:
@@ -683,7 +720,7 @@ class StorageStatefulContract:
         raise NotImplementedError("override make_backend() in your StorageStatefulContract subclass")
 
     def test_storage_matches_the_model(self, tmp_path: pathlib.Path) -> None:
-        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1][ST1][ST2][ST4][ST5]
+        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1][ST1][ST2][ST4][ST5][Z1][Z2][Z3]
         random sequences of operations leave the backend where a reference model says they must.
 
         After every step each item's state, attempts, token and lease, the stats and the pools are

@@ -271,7 +271,12 @@ class ListStorage:
         now = self._clock()
         count = 0
         for row in self._t.rows:
-            if row.pool == pool and row.state is ItemState.POISONED and (item_ids is None or row.id in item_ids):
+            if row.pool != pool:
+                continue
+            # Poisoned items by id or all; cancelled ones by id only (rule Z3).
+            if (row.state is ItemState.POISONED and (item_ids is None or row.id in item_ids)) or (
+                row.state is ItemState.CANCELLED and item_ids is not None and row.id in item_ids
+            ):
                 row.to_pending(now)
                 row.attempts = 0
                 row.finished_at = None
@@ -309,7 +314,7 @@ class ListStorage:
             for r in self._t.rows
             if not (
                 r.pool == pool
-                and r.state in (ItemState.DONE, ItemState.POISONED)
+                and r.state in (ItemState.DONE, ItemState.POISONED, ItemState.CANCELLED)
                 and r.finished_at is not None
                 and r.finished_at < cutoff
             )
@@ -354,7 +359,20 @@ class ListStorage:
             done=sum(1 for r in rows if r.state is ItemState.DONE),
             poisoned=sum(1 for r in rows if r.state is ItemState.POISONED),
             oldest_pending_at=min((r.available_at for r in ready), default=None),
+            cancelled=sum(1 for r in rows if r.state is ItemState.CANCELLED),
         )
+
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        """The optional cancel (rules Z1-Z3): pending and claimed items become CANCELLED, holder and token kept."""
+        now = self._clock()
+        self._settle_expired(pool, now)  # a spent expired claim reads POISONED and is left alone
+        out: list[ItemState | None] = []
+        for wanted in item_ids:
+            row = self._find(pool, wanted)
+            out.append(None if row is None else row.state)
+            if row is not None and row.state in (ItemState.PENDING, ItemState.CLAIMED):
+                row.to_finished(ItemState.CANCELLED, now)
+        return out
 
     async def pools(self) -> list[str]:
         return sorted({r.pool for r in self._t.rows})

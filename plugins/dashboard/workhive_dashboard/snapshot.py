@@ -7,6 +7,7 @@ were scrubbed by the fleet before they were stored.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from workhive.credentials import DEFAULT_NAMESPACE
 from workhive.envelope import data_text, headers
 from workhive.errors import ItemNotFound, PoolNotFound
 from workhive.hive import Hive
+from workhive.item_progress import read_progress
 from workhive.models import WorkerRecord, WorkerStatus, WorkItem
 from workhive.storage import KeepsSteps
 
@@ -104,6 +106,7 @@ async def overview(hive: Hive, rates: RateTracker, worker_limit: int = 500) -> d
                 "claimed": stats.claimed,
                 "done": stats.done,
                 "poisoned": stats.poisoned,
+                "cancelled": stats.cancelled,
                 "oldest_pending_age": None
                 if stats.oldest_pending_at is None
                 else max(0.0, now - stats.oldest_pending_at),
@@ -172,7 +175,8 @@ async def item_detail(hive: Hive, pool: str, item_id: str) -> dict[str, Any]:
         item = await hive.pool(pool).get(item_id)
     except ItemNotFound:
         raise ItemNotFound(f"no item {item_id!r} in pool {pool!r}", item_id=item_id, pool=pool) from None
-    detail = _item(item, await hive.now())
+    progress = await read_progress(hive, pool, item.id)  # ctx.progress, as the handler last reported it
+    detail = _item(item, await hive.now()) | {"progress": None if progress is None else json.dumps(progress)}
     if isinstance(hive.storage, KeepsSteps):  # its durable steps (ctx.step), in store order; JSON text, as data is
         detail["steps"] = [
             {"key": s.key, "value": s.payload, "failed": s.failed, "token": s.token, "stored_at": s.stored_at}

@@ -43,7 +43,7 @@ from workhive.models import (
 from workhive.schedules import Schedule
 from workhive_memory.budget import MemoryBudgets
 from workhive_memory.failures import lost_worker, missing_hive, unknown_worker
-from workhive_memory.items import CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
+from workhive_memory.items import CANCELLED, CLAIMED, DONE, PENDING, POISONED, ItemRecord, PoolIndex
 from workhive_memory.schedules import MemorySchedules
 from workhive_memory.url import parse_url
 
@@ -354,10 +354,15 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             return 0
         now = self._clock()
         poisoned = index.by_state[POISONED]
+        cancelled = index.by_state[CANCELLED]
         if item_ids is None:
             chosen = sorted(poisoned.values(), key=lambda r: r.seq)
-        else:
-            chosen = [poisoned[i] for i in dict.fromkeys(item_ids) if i in poisoned]
+        else:  # cancelled items come back by id only (rule Z3)
+            chosen = [
+                poisoned[i] if i in poisoned else cancelled[i]
+                for i in dict.fromkeys(item_ids)
+                if i in poisoned or i in cancelled
+            ]
         for rec in chosen:
             index.move(rec, PENDING)
             rec.attempts = 0
@@ -369,6 +374,29 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         if chosen and self._store.waiters.get(pool):
             self._wake(pool)
         return len(chosen)
+
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        # Rules Z1-Z3. Expired leases are settled first (allowed by Z1): a spent one reads POISONED.
+        index = self._store.pools.get(pool)
+        if index is None:
+            return [None] * len(item_ids)
+        now = self._clock()
+        self._advance(index, now)
+        out: list[ItemState | None] = []
+        for item_id in item_ids:
+            rec = index.items.get(item_id)
+            if rec is None:
+                out.append(None)
+                continue
+            out.append(rec.state)
+            if rec.state is PENDING:
+                index.withdraw(rec)
+            elif rec.state is CLAIMED:
+                self._drop_held(rec, rec.claimed_by)
+            else:
+                continue
+            index.finish(rec, CANCELLED, now)  # the claim's token and holder stay, as on DONE
+        return out
 
     async def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
         return sum(self._release_worker(pool, worker_id, spend_attempt))
@@ -411,7 +439,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             return 0
         cutoff = self._clock() - older_than
         removed = 0
-        for state in (DONE, POISONED):
+        for state in (DONE, POISONED, CANCELLED):
             finished = index.by_state[state]
             # Insertion order is finishing order: stop at the first one too young.
             old = []
@@ -466,6 +494,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             done=len(by_state[DONE]),
             poisoned=len(by_state[POISONED]),
             oldest_pending_at=index.oldest_pending_at(),
+            cancelled=len(by_state[CANCELLED]),
         )
 
     async def pools(self) -> list[str]:

@@ -25,6 +25,7 @@ PENDING = ItemState.PENDING
 CLAIMED = ItemState.CLAIMED
 DONE = ItemState.DONE
 POISONED = ItemState.POISONED
+CANCELLED = ItemState.CANCELLED
 
 # Below this many stale lease entries the heap is not worth rebuilding.
 _COMPACT_FLOOR = 4096
@@ -153,6 +154,25 @@ class ReadyQueue:
             heapq.heappush(level.heap, entry)
         self.size += 1
 
+    def remove(self, rec: ItemRecord) -> bool:
+        """Take ``rec`` out of the queue (a cancelled item); O(n) in its level, as cancelling is rare."""
+        level = self._levels.get(rec.priority)
+        if level is None:
+            return False
+        for position, entry in enumerate(level.fifo):
+            if entry[1] == rec.seq:
+                del level.fifo[position]
+                self.size -= 1
+                return True
+        for position, entry in enumerate(level.heap):
+            if entry[1] == rec.seq:
+                level.heap[position] = level.heap[-1]
+                level.heap.pop()
+                heapq.heapify(level.heap)
+                self.size -= 1
+                return True
+        return False
+
     def earliest(self) -> float | None:
         """The smallest ``available_at`` of any ready item: each level's deque is sorted, its heap a heap."""
         heads = [entry[0][0] for level in self._levels.values() for entry in (level.fifo, level.heap) if entry]
@@ -251,7 +271,7 @@ class PoolIndex:
         self.compact_at = 2 * len(self.leases) + _COMPACT_FLOOR
 
     def finish(self, rec: ItemRecord, state: ItemState, now: float) -> None:
-        """DONE or POISONED: the item leaves the claimable set and frees its dedup key."""
+        """DONE, POISONED or CANCELLED: the item leaves the claimable set and frees its dedup key."""
         self.move(rec, state)
         rec.finished_at = now
         rec.lease_expires_at = None
@@ -259,6 +279,12 @@ class PoolIndex:
         key = rec.dedup_key
         if key is not None and self.dedup.get(key) is rec:
             del self.dedup[key]
+
+    def withdraw(self, rec: ItemRecord) -> None:
+        """Take a PENDING ``rec`` out of the ready queue or the delayed heap (before it is cancelled)."""
+        if not self.ready.remove(rec):
+            self.delayed = [entry for entry in self.delayed if entry[2] is not rec]
+            heapq.heapify(self.delayed)
 
     def unclaim(self, rec: ItemRecord, available_at: float, now: float) -> None:
         """CLAIMED → PENDING (release, retry, expiry, reap)."""

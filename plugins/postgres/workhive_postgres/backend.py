@@ -782,7 +782,17 @@ class PostgresStorage:
     async def stats(self, pool: str) -> PoolStats:
         rows = await self._run("stats", self._fetch, "stats", self._off(), pool)
         r = rows[0]
-        return PoolStats(pool, r[0], r[1], r[2], r[3], r[4], r[5])
+        return PoolStats(pool, r[0], r[1], r[2], r[3], r[4], r[5], cancelled=r[6])
+
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        keys = {item_id: item_number(item_id) for item_id in item_ids}
+        wanted = [k for k in keys.values() if k is not None]
+        # Not rerun on a dropped connection: a second run would find the items cancelled already.
+        if not wanted:
+            return [None] * len(item_ids)
+        rows = await self._run("cancel", self._fetch, "cancel", self._off(), pool, wanted, rerun=False)
+        found = {r[0]: _STATES[r[1]] for r in rows}
+        return [None if key is None else found.get(key) for key in keys.values()]
 
     async def pools(self) -> list[str]:
         return [r[0] for r in await self._run("list pools", self._fetch, "pools")]

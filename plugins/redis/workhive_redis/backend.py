@@ -391,7 +391,12 @@ class RedisStorage:
             replies = await self._client.pipeline(ranges, write=False)
             ids = [member[14:] for member in replies[0]] + list(replies[1])
         else:
-            index = {ItemState.CLAIMED: k.leases, ItemState.DONE: k.done, ItemState.POISONED: k.dead}[state]
+            index = {
+                ItemState.CLAIMED: k.leases,
+                ItemState.DONE: k.done,
+                ItemState.POISONED: k.dead,
+                ItemState.CANCELLED: k.cancelled,
+            }[state]
             ids = list(await self._client.command("ZRANGE", index, 0, -1))
         # Ids of one pool share their first digits and count up: text order is push order.
         chosen = sorted(ids)[offset : offset + limit]
@@ -475,7 +480,14 @@ class RedisStorage:
     async def stats(self, pool: str) -> PoolStats:
         k = self._pk(pool)
         r = await self._client.run("stats", (k.ready, k.delayed, k.leases, k.done, k.dead), (self._off(),))
-        return PoolStats(pool, int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), _f(r[5]))
+        return PoolStats(pool, int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), _f(r[5]), cancelled=int(r[6]))
+
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        k = self._pk(pool)
+        valid = [i for i in item_ids if is_item_id(i)]
+        reply = list(await self._client.run("cancel", (k.ready, k.cancelled), (self._off(), *valid))) if valid else []
+        found = dict(zip(valid, reply))
+        return [_STATES[found[i]] if found.get(i) else None for i in item_ids]
 
     async def pools(self) -> list[str]:
         names = sorted(await self._client.command("HKEYS", self.keys.pools))

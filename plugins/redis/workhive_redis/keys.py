@@ -9,7 +9,7 @@ With prefix ``workhive``::
     {workhive}:s:<ns>, sx:<ns>   shared state: values and expiry times
     {workhive}:lock:<sha256>     a fleet-wide lock; lock-token, locks: its counter and index
     {workhive}:schedules         schedule name -> its definition (JSON; workhive_redis.schedules)
-    {workhive/<pool>}:ready      claim order; delayed, leases, done, dead, dedup, seq, n, tokens
+    {workhive/<pool>}:ready      claim order; delayed, leases, done, dead, cancelled, dedup, seq, n, tokens
     {workhive/<pool>}:ticks      schedule (name@created_at) -> the latest tick it fired into the pool
     {workhive/<pool>}:i:<id>     an item (hash)
     {workhive/<pool>}:held:<w>   the items a worker holds in the pool
@@ -28,7 +28,7 @@ __all__ = ["ITEM_FIELDS", "LOCK_FIELDS", "STEP_RECORD", "VERSION_FIELDS", "WORKE
 #: an item's hash, ``{prefix/pool}:i:<id>``: field -> the ``WorkItem`` attribute it holds
 ITEM_FIELDS = {
     "p": "payload (JSON text)",
-    "st": "state: pending, claimed, done or poisoned",
+    "st": "state: pending, claimed, done, poisoned or cancelled",
     "pr": "priority",
     "at": "attempts (claims so far, minus releases)",
     "ma": "max_attempts",
@@ -41,7 +41,7 @@ ITEM_FIELDS = {
     "dk": "dedup_key (absent when none)",
     "er": "error: the last failure's text",
     "rs": "result (JSON text, once done)",
-    "fa": "finished_at: when it became done or poisoned",
+    "fa": "finished_at: when it became done, poisoned or cancelled",
     "rl": "releases: claims given back without spending an attempt",
 }
 
@@ -88,7 +88,20 @@ VERSION_FIELDS = {
 class PoolKeys:
     """The keys of one pool."""
 
-    __slots__ = ("base", "dead", "dedup", "delayed", "done", "leases", "n", "ready", "seq", "ticks", "wake")
+    __slots__ = (
+        "base",
+        "cancelled",
+        "dead",
+        "dedup",
+        "delayed",
+        "done",
+        "leases",
+        "n",
+        "ready",
+        "seq",
+        "ticks",
+        "wake",
+    )
 
     def __init__(self, prefix: str, pool: str) -> None:
         base = self.base = f"{{{prefix}/{pool}}}:"
@@ -97,6 +110,7 @@ class PoolKeys:
         self.leases = base + "leases"
         self.done = base + "done"
         self.dead = base + "dead"
+        self.cancelled = base + "cancelled"  # cancelled items by finish time (Pool.cancel); scripts name it from base
         self.dedup = base + "dedup"
         self.seq = base + "seq"
         self.n = base + "n"

@@ -103,6 +103,9 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     ops.fail("p", more[0].id, more[0].token, "boom", 0.0, True)
     assert ops.step_clear("p", [more[0].id]) == 1  # poisoned now: cleared
     assert ops.requeue("p", [more[0].id]) == 1
+    # Cancelling (an unknown id and a live one), and requeueing the cancelled one by id.
+    assert ops.cancel("p", ["i" + "f" * 16, more[0].id]) == [None, ItemState.PENDING]
+    assert ops.requeue("p", [more[0].id]) == 1
     # Releasing a worker's items: in one pool or all, spending the attempt or refunding it.
     for pool in ("p", None):
         for spend in (True, False):

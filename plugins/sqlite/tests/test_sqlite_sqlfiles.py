@@ -40,8 +40,8 @@ _STATEMENT_DIGESTS = {
     "release_worker_in_pool": "cd2bad47d196fbee",
     "refund_worker": "a5193effbec5cfa4",
     "refund_worker_in_pool": "e06d871a58cff254",
-    "purge_candidates": "835ee69aab24b764",
-    "purge_item": "5bf319f5969cef8d",
+    "purge_candidates": "5ae0866551b5c84a",  # cancelled items too (migration 5)
+    "purge_item": "1783d1dc7711c99a",
     "count_pending": "4524328311d0a438",
     "oldest_ready": "29746f21e4563521",
     "count_expired": "a0873f22a1f03df1",
@@ -84,6 +84,11 @@ _STATEMENT_DIGESTS = {
     "step_insert": "011b4c6b28a3331d",
     "step_list": "c35f69d3ac8a0988",
     "step_clear": "7cd86a40a9bea2ac",
+    # cancellation (Pool.cancel, migration 7)
+    "cancel_state": "491137a546f90a83",
+    "cancel_one": "f63a8713c3999f46",
+    "requeue_cancelled_one": "af84d6d5da8ba072",
+    "count_cancelled": "96a24ff2c28c86c9",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
 _GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}

@@ -608,6 +608,9 @@ class SqliteStorage:
         for name in [pool] if pool is not None else list(self._events):
             self._notify(name)
 
+    async def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        return await self._thread(Operations.cancel, pool, item_ids)
+
     async def purge(self, pool: str, older_than: float) -> int:
         return await self._thread(Operations.purge, pool, older_than)
 

@@ -393,7 +393,29 @@ class Operations:
         # One primary-key update per id (dict.fromkeys: a repeated id counts once).
         keys = [k for k in (item_number(i) for i in dict.fromkeys(item_ids)) if k is not None]
         execute = self.conn.execute
-        return sum(execute(*_bind(_REQUEUE_ONE, (now, pool, key))).rowcount for key in keys)
+        return sum(
+            execute(*_bind(_REQUEUE_ONE, (now, pool, key))).rowcount
+            or execute(*_bind(_Q["requeue_cancelled_one"], (now, pool, key))).rowcount
+            for key in keys
+        )
+
+    def cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        return self._write(self._cancel, pool, item_ids)
+
+    def _cancel(self, pool: str, item_ids: Sequence[str]) -> list[ItemState | None]:
+        # Rules Z1-Z3: the state before, then the cancel, per id in one write transaction.
+        now = self.clock()
+        execute = self.conn.execute
+        out: list[ItemState | None] = []
+        for item_id in item_ids:
+            key = item_number(item_id)
+            row = None if key is None else execute(_Q["cancel_state"], (key, pool)).fetchone()
+            if row is None:
+                out.append(None)
+                continue
+            out.append(_STATES[row[0]])
+            execute(*_bind(_Q["cancel_one"], (now, key, pool)))
+        return out
 
     def release_by_worker(self, pool: str | None, worker_id: str, spend_attempt: bool) -> int:
         return sum(self._write(self._release_by_worker, pool, worker_id, spend_attempt))
@@ -480,6 +502,7 @@ class Operations:
             oldest = expired_oldest if oldest is None else min(oldest, expired_oldest)
         claimed = conn.execute(_Q["count_claimed"], (pool,)).fetchone()[0]
         poisoned = conn.execute(_Q["count_poisoned"], (pool,)).fetchone()[0]
+        cancelled = conn.execute(_Q["count_cancelled"], (pool,)).fetchone()[0]
         # Done items have no index (completing must stay cheap): they are the rest.
         row = conn.execute(_Q["pool_rows"], (pool,)).fetchone()
         total = 0 if row is None else row[0]
@@ -488,9 +511,10 @@ class Operations:
             pending=ready + expired_ready,
             delayed=pending - ready,
             claimed=claimed - expired_ready - expired_spent,
-            done=total - pending - claimed - poisoned,
+            done=total - pending - claimed - poisoned - cancelled,
             poisoned=poisoned + expired_spent,
             oldest_pending_at=oldest,
+            cancelled=cancelled,
         )
 
     def pools(self) -> list[str]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from workhive.testing.storage.bad_input import BadInputRules
 from workhive.testing.storage.base import ContractBase
+from workhive.testing.storage.cancel import CancelRules
 from workhive.testing.storage.claim import ClaimRules
 from workhive.testing.storage.complete_and_claim import CompleteAndClaimRules
 from workhive.testing.storage.expiry import ExpiryRules
@@ -67,6 +68,7 @@ class StorageContract(
     CompleteAndClaimRules,  # O1: complete_and_claim.py
     ScheduleRules,  # SC1-SC5: schedules.py
     StepRules,  # ST1-ST6: steps.py (optional capability KeepsSteps)
+    CancelRules,  # Z1-Z3: cancel.py (optional: Cancels)
     BadInputRules,  # V1: bad_input.py
 ):
     """Subclass in your backend's tests and override ``make_backend`` (see the module docstring)."""

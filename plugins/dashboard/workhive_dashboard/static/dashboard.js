@@ -75,6 +75,7 @@ function renderOverview(data) {
     cell(row, p.pool);
     for (const k of ["pending", "delayed", "claimed", "done"]) cell(row, p[k], "num");
     cell(row, p.poisoned, "num" + (p.poisoned ? " poisoned" : ""));
+    cell(row, p.cancelled, "num");
     cell(row, p.done_per_second === null ? "-" : p.done_per_second.toFixed(1), "num");
     cell(row, age(p.oldest_pending_age), "num");
     row.addEventListener("click", () => selectPool(p.pool));
@@ -133,7 +134,7 @@ async function showItem(pool, id) {
     const dl = document.createElement("dl");
     dl.id = "item";
     for (const key of ["state", "attempts", "max_attempts", "token", "priority", "claimed_by", "dedup_key",
-                       "releases", "error", "data", "result", "trace"]) {
+                       "releases", "error", "data", "result", "progress", "trace"]) {
       const dt = document.createElement("dt");
       dt.textContent = key;
       const dd = document.createElement("dd");

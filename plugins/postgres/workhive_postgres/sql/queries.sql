@@ -200,10 +200,11 @@ FROM @hive.items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
 
 -- requeue --
 -- Move poisoned items of pool $2 (ids $3, or all when $3 is NULL) back to pending, now,
--- with their attempts reset and their error kept.
+-- with their attempts reset and their error kept; cancelled items by id only.
 UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), attempts = 0, finished_at = NULL,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
-WHERE pool = $2 AND state = 'poisoned' AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]));
+WHERE pool = $2 AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]))
+    AND (state = 'poisoned' OR (state = 'cancelled' AND $3::bigint[] IS NOT NULL));
 
 -- poison_worker_spent --
 -- Worker $2 was lost: its claims (in pool $3, or every pool when NULL) that have no
@@ -221,13 +222,13 @@ UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), claime
 WHERE claimed_by = $2 AND state = 'claimed' AND ($3::text IS NULL OR pool = $3);
 
 -- purge --
--- Delete done and poisoned items of pool $2 that finished more than $3 s ago.
+-- Delete done, poisoned and cancelled items of pool $2 that finished more than $3 s ago.
 DELETE FROM @hive.items
-WHERE pool = $2 AND state IN ('done', 'poisoned') AND finished_at < @hive.now_s($1) - $3;
+WHERE pool = $2 AND state IN ('done', 'poisoned', 'cancelled') AND finished_at < @hive.now_s($1) - $3;
 
 -- stats --
--- Counts for pool $2: ready, delayed, claimed, done, poisoned, and when the longest-waiting
--- ready item became available. Expired leases not yet settled count as what they already
+-- Counts for pool $2: ready, delayed, claimed, done, poisoned, when the longest-waiting
+-- ready item became available, and cancelled. Expired leases not yet settled count as what they already
 -- are: ready since their expiry, or poisoned when their attempts are spent.
 -- Each (SELECT now_s($1)) is an InitPlan, read once per statement (statement_timestamp(),
 -- so all agree): a plain now_s($1) is evaluated per row and filter, a third of the scan's
@@ -244,8 +245,23 @@ SELECT
         min(available_at) FILTER (WHERE state = 'pending' AND available_at <= (SELECT @hive.now_s($1))),
         min(lease_expires_at) FILTER (WHERE state = 'claimed' AND lease_expires_at <= (SELECT @hive.now_s($1))
             AND attempts < max_attempts)
-    ) AS oldest
+    ) AS oldest,
+    count(*) FILTER (WHERE state = 'cancelled') AS cancelled
 FROM @hive.items WHERE pool = $2;
+
+-- cancel --
+-- Cancel items $3 of pool $2 (rules Z1-Z3): each pending or claimed one becomes
+-- cancelled, finished now, lease fields cleared, holder and token kept. Returns
+-- every id found with the state it was in (rows locked first, so no settlement
+-- slips in between the read and the update).
+WITH found AS (
+    SELECT id, state FROM @hive.items WHERE pool = $2 AND id = ANY($3::bigint[]) FOR UPDATE
+), cancelled AS (
+    UPDATE @hive.items SET state = 'cancelled', finished_at = @hive.now_s($1), lease_expires_at = NULL, lease_seconds = NULL
+    FROM found WHERE items.id = found.id AND found.state IN ('pending', 'claimed')
+    RETURNING items.id
+)
+SELECT found.id, found.state FROM found;
 
 -- pools --
 -- Every pool that still has items, by name.

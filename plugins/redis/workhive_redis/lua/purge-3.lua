@@ -1,5 +1,5 @@
 --[[
-  purge: delete DONE and POISONED items that finished more than
+  purge: delete DONE, POISONED and CANCELLED items that finished more than
   `older_than` seconds ago, at most `limit` per call (the caller repeats).
 
   KEYS[1] done
@@ -18,7 +18,7 @@ local cutoff = '(' .. num(now - tonumber(ARGV[2]))
 local limit = tonumber(ARGV[3])
 local base = ARGV[4]
 local deleted = 0
-for _, set in ipairs({KEYS[1], KEYS[2]}) do
+for _, set in ipairs({KEYS[1], KEYS[2], base .. 'cancelled'}) do
   local ids = redis.call('ZRANGEBYSCORE', set, '-inf', cutoff, 'LIMIT', 0, limit - deleted)
   for _, id in ipairs(ids) do
     redis.call('DEL', base .. 'i:' .. id)

@@ -1,6 +1,7 @@
 --[[
   requeue: POISONED items back to PENDING, available now, attempts 0, the
   error kept; their dedup keys are held again (unless a live item took one).
+  CANCELLED items (the pool's cancelled set) come back too, by id only.
 
   KEYS[1] ready
   KEYS[2] dead
@@ -27,7 +28,7 @@ else
 end
 local count = 0
 for _, id in ipairs(ids) do
-  if redis.call('ZREM', KEYS[2], id) == 1 then
+  if redis.call('ZREM', KEYS[2], id) == 1 or (#ARGV > 2 and redis.call('ZREM', base .. 'cancelled', id) == 1) then
     local item = base .. 'i:' .. id
     redis.call('HSET', item, 'st', 'pending', 'at', 0, 'aa', num(now))
     redis.call('HDEL', item, 'fa', 'cb', 'le', 'ls')

@@ -8,7 +8,8 @@
   KEYS[5] dead
   ARGV[1] clock offset
 
-  Returns {ready, delayed, claimed, done, poisoned, oldest ready available_at or false}.
+  Returns {ready, delayed, claimed, done, poisoned, oldest ready available_at or false,
+  cancelled} (the cancelled set is named from the pool's base, beside the others).
   The oldest ready item is the earliest head among the priority levels
   (each level is in available_at order), so this reads one item per level.
 ]]
@@ -28,4 +29,4 @@ while #head > 0 do
   head = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 end
 return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), oldest}
+  redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), oldest, redis.call('ZCARD', base .. 'cancelled')}

@@ -230,11 +230,11 @@ WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3
 
 -- purge_candidates --
 -- Finished items of pool ? finished before time ? (a read: done items have no index).
-SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?
+SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned', 'cancelled') AND finished_at < ?
 
 -- purge_item --
 -- Delete item ? of pool ? if it is still finished before time ?.
-DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned') AND finished_at < ?
+DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned', 'cancelled') AND finished_at < ?
 
 -- count_pending --
 -- Pending items of pool ?1, and how many of them are ready at time ?2 (off items_ready,
@@ -436,3 +436,25 @@ ORDER BY s.n
 -- Delete the steps of item ?1 of pool ?2 unless it is live (pending or claimed).
 DELETE FROM steps WHERE item_id = ?1
     AND EXISTS (SELECT 1 FROM items WHERE id = ?1 AND pool = ?2 AND state NOT IN ('pending', 'claimed'))
+
+-- cancel_state --
+-- Cancelling (rules Z1-Z3): the state item ? of pool ? is in, read in the write
+-- transaction that then cancels it.
+SELECT state FROM items WHERE id = ? AND pool = ?
+
+-- cancel_one --
+-- Item ?2 of pool ?3, pending or claimed, is cancelled at time ?1: finished, lease
+-- fields cleared, holder and token kept (an expired claim too: Z1 lets it be).
+UPDATE items SET state = 'cancelled', finished_at = ?1, lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = ?2 AND pool = ?3 AND state IN ('pending', 'claimed')
+
+-- requeue_cancelled_one --
+-- Cancelled item ?3 of pool ?2 is pending again from time ?1 with its attempts back
+-- (requeue by id; requeue_all takes poisoned items only).
+UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = ?2 AND state = 'cancelled' AND id = ?3
+
+-- count_cancelled --
+-- Cancelled items of pool ?.
+SELECT count(*) FROM items INDEXED BY items_cancelled WHERE pool = ? AND state = 'cancelled'
