@@ -353,6 +353,16 @@ def _all_disabled(snapshot: Any) -> bool:
     return bool(snapshot) and all(state.state == "disabled" for state in snapshot)
 
 
+def _fatal_text(exc: WorkhiveError) -> str:
+    """What ends a worker process, for the run's reason: a storage failure says it was the storage.
+
+    (An ``OutcomeUnknown`` from a server restarting under a registration once read
+    "a worker process could not run: OutcomeUnknown: ...", naming no storage.)
+    """
+    text = f"{type(exc).__name__}: {exc}"
+    return f"storage failed: {text}" if isinstance(exc, StorageError) else text
+
+
 async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     loop = asyncio.get_running_loop()
     try:
@@ -363,7 +373,7 @@ async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
         sink(ev.FATAL, ExitCode.CONFIG, str(exc))
         return ExitCode.CONFIG
     except WorkhiveError as exc:
-        sink(ev.FATAL, ExitCode.FAILURE, f"{type(exc).__name__}: {exc}")
+        sink(ev.FATAL, ExitCode.FAILURE, _fatal_text(exc))
         return ExitCode.FAILURE
     runtime = ProcessRuntime(options, hive=hive, handler=handler, sink=sink)
     signals_seen = 0
@@ -384,7 +394,7 @@ async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
         code = await runtime.run()
         reason = runtime.exit.reason
     except WorkhiveError as exc:
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = _fatal_text(exc)
         sink(ev.FATAL, ExitCode.FAILURE, reason, *([ev.STORAGE_FAULT] if isinstance(exc, StorageError) else []))
         code = ExitCode.FAILURE
     finally:
