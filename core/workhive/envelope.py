@@ -1,4 +1,4 @@
-"""The payload envelope: headers (a trace context) that travel with an item's data, on every engine.
+"""The payload envelope: headers (a trace context, a timeout) that travel with an item's data, on every engine.
 
 An item's payload is JSON text that every backend stores as-is. When an item
 carries headers, its payload is ``{"$workhive":{HEADERS},"data":DATA}``, so no
@@ -27,10 +27,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENVELOPE_PREFIX", "data_text", "headers", "seal", "unseal"]
+__all__ = ["ENVELOPE_PREFIX", "TIMEOUT_HEADER", "data_text", "headers", "seal", "unseal"]
 
 #: how every sealed payload starts (and no other payload does)
 ENVELOPE_PREFIX = '{"$workhive":'
+#: the header holding an item's own handler timeout in seconds (``Pool.push(..., timeout=)``)
+TIMEOUT_HEADER = "timeout"
 _DATA = ',"data":'
 _DECODER = json.JSONDecoder()
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from workhive.envelope import unseal
+from workhive.envelope import ENVELOPE_PREFIX, TIMEOUT_HEADER, headers, unseal
 
 __all__ = [
     "Ack",
@@ -70,7 +70,7 @@ class Job:
     """Data plus per-item options, for ``Pool.push_many``.
 
     >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1")
-    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1')
+    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1', timeout=None)
     """
 
     data: Any
@@ -78,6 +78,8 @@ class Job:
     delay: float = 0.0
     max_attempts: int | None = None
     dedup_key: str | None = None
+    #: seconds its handler may run (None: the fleet's ``--timeout``)
+    timeout: float | None = None
 
 
 # Not slotted, like WorkItem: one is built per pushed item (see WorkItem's note).
@@ -151,6 +153,18 @@ class WorkItem:
     def data(self) -> Any:
         """The pushed data, decoded from JSON."""
         return unseal(self.payload)  # without its envelope (workhive.envelope), if it has one
+
+    @cached_property
+    def timeout(self) -> float | None:
+        """Seconds its handler may run, as pushed (``push(..., timeout=)``); None: the fleet's ``--timeout``.
+
+        Carried in the payload's envelope (``workhive.envelope``), so every engine keeps it.
+
+        >>> item.timeout  # doctest: +SKIP
+        300.0
+        """
+        found = headers(self.payload).get(TIMEOUT_HEADER) if self.payload.startswith(ENVELOPE_PREFIX) else None
+        return None if found is None else float(found)
 
     @cached_property
     def result(self) -> Any:

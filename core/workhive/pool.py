@@ -134,7 +134,13 @@ class Pool:
 
     # -- producing ----------------------------------------------------------
     def _new_item(
-        self, data: Any, priority: int, delay: float, max_attempts: int | None, dedup_key: str | None
+        self,
+        data: Any,
+        priority: int,
+        delay: float,
+        max_attempts: int | None,
+        dedup_key: str | None,
+        timeout: float | None = None,
     ) -> NewItem:
         payload = to_json(data)
         if priority.__class__ is not int or priority != 0:
@@ -144,7 +150,11 @@ class Pool:
         attempts = self._hive.max_attempts if max_attempts is None else check_count("max_attempts", max_attempts)
         if dedup_key is not None:
             check_dedup_key(dedup_key)
-        return NewItem(envelope.seal(payload, tracing.headers()), priority, float(delay), attempts, dedup_key)
+        carried = tracing.headers()
+        if timeout is not None:
+            # The item's own timeout travels in its envelope, so every engine keeps it without a column.
+            carried = {**(carried or {}), envelope.TIMEOUT_HEADER: repr(check_positive("timeout", timeout))}
+        return NewItem(envelope.seal(payload, carried), priority, float(delay), attempts, dedup_key)
 
     async def push(
         self,
@@ -154,14 +164,21 @@ class Pool:
         delay: float = 0.0,
         max_attempts: int | None = None,
         dedup_key: str | None = None,
+        timeout: float | None = None,
     ) -> str:
         """Add one item; returns its id (the existing item's id if ``dedup_key`` matched one).
 
         ``priority``: higher is claimed first (>= 0). ``delay``: seconds before it
         may be claimed. ``max_attempts``: claims before it is poisoned.
+        ``timeout``: seconds its handler may run (> 0; past it the handler is
+        stopped and the attempt fails "timed out after N s"), instead of the
+        fleet's ``--timeout``.
+
+        >>> await pool.push({"url": "https://a.example"}, timeout=120)  # doctest: +SKIP
+        'i000000000000002a'
         """
         with tracing.pushing(self.name) as span:  # the item carries this span's context
-            item = self._new_item(data, priority, delay, max_attempts, dedup_key)
+            item = self._new_item(data, priority, delay, max_attempts, dedup_key, timeout)
             ids = await self._backend.push(self.name, (item,))
             span.pushed(ids)
         return ids[0]
@@ -185,7 +202,7 @@ class Pool:
         with tracing.pushing(self.name) as span:  # every item carries this span's context
             carried = tracing.headers()
             new = [
-                self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key)
+                self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key, i.timeout)
                 if isinstance(i, Job)
                 else NewItem(envelope.seal(to_json(i), carried), 0, 0.0, attempts, None)
                 for i in items

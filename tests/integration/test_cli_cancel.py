@@ -58,3 +58,16 @@ def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(tmp_path
     assert run.code == 2 and "--timeout" in run.err, run
     [pool] = workhive(tmp_path, "status", "jobs", "--json").json()["pools"]
     assert pool["pending"] == 1
+
+
+def test_push_timeout_is_kept_with_each_item_and_a_bad_one_pushes_nothing(tmp_path: Path) -> None:
+    for bad in ("0", "-3", "nan"):
+        run = workhive(tmp_path, "push", "jobs", "-", "--timeout", bad, stdin=lines('{"n": 1}'))
+        assert_clean_error(run, "--timeout must be a finite number > 0")
+    run = workhive(tmp_path, "push", "jobs", "-", "--timeout", "30", "--json", stdin=lines('{"n": 1}'))
+    assert run.code == 0, run
+    [item_id] = run.json()["ids"]
+    shown = workhive(tmp_path, "show", "jobs", item_id, "--json").json()
+    assert (shown["timeout"], shown["data"]) == (30.0, {"n": 1})
+    [pool] = workhive(tmp_path, "status", "jobs", "--json").json()["pools"]
+    assert pool["pending"] == 1  # only the good push stored anything

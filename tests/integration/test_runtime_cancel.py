@@ -177,6 +177,39 @@ async def test_a_sync_handler_that_ignores_its_timeout_gets_its_process_replaced
         assert tally.failed == 1
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("handler", ["wait_forever_async", "wait_for_cancel_sync"])
+@pytest.mark.parametrize("fleet_timeout", [None, SAFETY])
+async def test_an_items_own_timeout_stops_its_handler_whatever_the_fleet_says(handlers, handler, fleet_timeout) -> None:
+    """push(..., timeout=) bounds that item alone: without a fleet --timeout, and under a longer one."""
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        item_id = await pool.push("forever", timeout=0.2, max_attempts=1)
+        assert (await pool.get(item_id)).timeout == 0.2
+        code, tally, _ = await run_until_empty(hive, f"cancel_handlers:{handler}", timeout=fleet_timeout, grace=SAFETY)
+        assert code == 0
+        item = await pool.get(item_id)
+        assert item.state is ItemState.POISONED and "timed out after 0.2 s" in item.error
+        assert item.data == "forever"  # the envelope carrying the timeout never reaches the handler's data
+        seen = "cancelled-task, ctx.cancelled=True" if handler.endswith("async") else "ctx.cancelled=True"
+        assert handlers.seen[item_id] == seen and tally.poisoned == 1
+
+
+@pytest.mark.asyncio
+async def test_a_bad_item_timeout_is_refused_and_nothing_is_pushed() -> None:
+    from workhive.errors import InvalidArgument
+    from workhive.models import Job
+
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        for bad in (0, -1, float("nan"), float("inf"), True, "5"):
+            with pytest.raises(InvalidArgument, match="timeout must be a finite number > 0"):
+                await pool.push("x", timeout=bad)
+            with pytest.raises(InvalidArgument, match="timeout must be a finite number > 0"):
+                await pool.push_many(["fine", Job("x", timeout=bad)])
+        assert await pool.size() == 0
+
+
 # -- progress (ctx.progress) ----------------------------------------------------------------------
 def test_bad_progress_values_are_refused_with_what_to_do() -> None:
     from workhive.errors import InvalidArgument

@@ -12,7 +12,15 @@ import click
 from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli
 from workhive.errors import InvalidArgument, InvalidItem, StorageError, WorkhiveError
 from workhive.models import Job
-from workhive.validation import MAX_DEPTH, MAX_INT_DIGITS, check_count, check_dedup_key, check_nonnegative, to_json
+from workhive.validation import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    check_count,
+    check_dedup_key,
+    check_nonnegative,
+    check_positive,
+    to_json,
+)
 
 #: items per backend call (one transaction each): big enough to amortise a commit, small enough
 #: that one push never holds the storage's write lock for long while a fleet is claiming
@@ -119,6 +127,12 @@ def _partly_pushed(exc: BaseException, label: str, pool: str, pushed: int, first
 @click.option("--priority", type=click.IntRange(min=0), default=0, show_default=True, help="Higher is claimed first.")
 @click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds before the items may be claimed.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None, help="Claims before an item is poisoned.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Seconds each item's handler may run (instead of the fleet's --timeout); > 0.",
+)
 @click.option("--dedup-key-field", metavar="FIELD", default=None, help="Use this field of each item as its dedup key.")
 @click.option("--skip-invalid", is_flag=True, help="Push the valid lines and report the bad ones (default: push none).")
 @json_option
@@ -130,6 +144,7 @@ def push_cmd(
     priority: int,
     delay: float,
     max_attempts: int | None,
+    timeout: float | None,
     dedup_key_field: str | None,
     skip_invalid: bool,
     as_json: bool,
@@ -157,6 +172,8 @@ def push_cmd(
     check_nonnegative("--delay", delay)
     if max_attempts is not None:
         check_count("--max-attempts", max_attempts)
+    if timeout is not None:
+        check_positive("--timeout", timeout)
     good, bad = parse_lines(_read(source, label), dedup_key_field=dedup_key_field)
     if bad and not skip_invalid:
         first = bad[0]
@@ -175,7 +192,14 @@ def push_cmd(
             for start in range(0, len(good), CHUNK):
                 batch = good[start : start + CHUNK]
                 jobs = [
-                    Job(g.data, priority=priority, delay=delay, max_attempts=max_attempts, dedup_key=g.dedup_key)
+                    Job(
+                        g.data,
+                        priority=priority,
+                        delay=delay,
+                        max_attempts=max_attempts,
+                        dedup_key=g.dedup_key,
+                        timeout=timeout,
+                    )
                     for g in batch
                 ]
                 try:

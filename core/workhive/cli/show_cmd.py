@@ -27,6 +27,7 @@ def item_json(item: WorkItem, now: float) -> dict[str, Any]:
         "max_attempts": item.max_attempts,
         "releases": item.releases,
         "priority": item.priority,
+        "timeout": item.timeout,
         "error": item.error,
         "result": item.result,
         "token": item.token,

@@ -380,8 +380,13 @@ class Worker:
         ran = 0
         # A plain-function handler with no keys to lease runs several items per trip to the
         # thread pool (see _run_in_thread); every other case runs one item at a time.
-        # With --timeout each item runs on its own, so that the clock runs per item.
-        in_thread = not self.rt.handler.is_async and not self.rt.keys.active and self.rt.options.timeout is None
+        # With --timeout (or an item's own timeout) each item runs on its own, so that the clock runs per item.
+        in_thread = (
+            not self.rt.handler.is_async
+            and not self.rt.keys.active
+            and self.rt.options.timeout is None
+            and all(item.timeout is None for item in items)
+        )
         index = 0
         try:
             while index < len(items):
@@ -552,7 +557,8 @@ class Worker:
         """
         rt = self.rt
         running = self.running[item.id] = _Running(item, ctx)
-        timeout = rt.options.timeout
+        # The item's own timeout (push(..., timeout=)) wins over the fleet's --timeout.
+        timeout = item.timeout if item.timeout is not None else rt.options.timeout
         try:
             if not rt.handler.is_async and timeout is None:
                 return await rt.handler(ctx, rt.executor)
