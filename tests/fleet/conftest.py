@@ -11,9 +11,7 @@ skips the test with the reason, except under ``WORKHIVE_REQUIRE_SERVICES=1``
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,48 +21,14 @@ from pathlib import Path
 import attrs
 import pytest
 
+from workhive.testing.services import POSTGRES, REDIS, require_service
+from workhive.testing.services import drop_postgres_schema as _drop_schema
+from workhive.testing.services import drop_redis_prefix as _drop_prefix
+
 HERE = Path(__file__).parent
 # tox hands over its env name, fleet-<storage>-<locks>; a bare pytest run takes the default pair.
 _, STORAGE, LOCKS = os.environ.get("WORKHIVE_FLEET", "fleet-sqlite-fcntl").split("-")
-PG = ("127.0.0.1", 5432)
-REDIS = ("127.0.0.1", 6379)
-
-
-def _service(name: str, address: tuple[str, int]) -> None:
-    """Skip (or fail under WORKHIVE_REQUIRE_SERVICES=1) when the server at ``address`` does not answer."""
-    try:
-        socket.create_connection(address, timeout=3).close()
-    except OSError as exc:
-        reason = f"{name} is not reachable at {address[0]}:{address[1]} ({exc})"
-        if os.environ.get("WORKHIVE_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason}; WORKHIVE_REQUIRE_SERVICES=1 requires it")
-        pytest.skip(reason)
-
-
-def _drop_schema(schema: str) -> None:
-    import asyncpg  # installed with workhive-postgres
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(host=PG[0], port=PG[1], user="postgres", database="test")
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
-def _drop_prefix(prefix: str) -> None:
-    import redis  # installed with workhive-redis
-
-    client = redis.Redis(host=REDIS[0], port=REDIS[1])
-    try:
-        for pattern in (f"{prefix}*", f"*{prefix}*"):
-            keys = list(client.scan_iter(match=pattern, count=1000))
-            if keys:
-                client.delete(*keys)
-    finally:
-        client.close()
+PG = POSTGRES
 
 
 @attrs.frozen
@@ -102,11 +66,11 @@ def target(tmp_path: Path) -> Iterator[Target]:
         elif kind == "fcntl" and role == "locks":
             urls[role] = f"fcntl:///{tmp_path / 'locks'}"
         elif kind == "postgres":
-            _service("PostgreSQL", PG)
+            require_service("PostgreSQL", PG)
             urls[role] = f"postgresql://postgres@{PG[0]}:{PG[1]}/test?schema={name}_{role}"
             cleanups.append(lambda s=f"{name}_{role}": _drop_schema(s))
         elif kind == "redis":
-            _service("Redis", REDIS)
+            require_service("Redis", REDIS)
             urls[role] = f"redis://{REDIS[0]}:{REDIS[1]}/0?prefix={name}_{role}:"
             cleanups.append(lambda p=f"{name}_{role}:": _drop_prefix(p))
         else:

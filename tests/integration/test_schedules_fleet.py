@@ -1,4 +1,4 @@
-"""A running ``workhive work`` supervisor fires the hive's schedules; two of them push each tick once.
+"""A running ``workhive work`` supervisor fires the hive's schedules; three of them push each tick once.
 
 Observed through the hive: the items' count against the schedule's own record of its latest tick
 (every tick from its creation to that one is pushed exactly once), never by timing.
@@ -12,12 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import workhive
 from workhive.models import ItemState
+from workhive.testing.services import isolated_store
 
 from .cli_helpers import COMMAND
 from .cli_helpers import workhive as run_workhive
@@ -36,8 +38,13 @@ async def _read(url: str) -> tuple[int, float | None, float]:
         return stats.total, schedule.last_tick, schedule.created_at
 
 
-def test_two_supervisors_fire_every_tick_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/hive.db"
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with isolated_store(request.param, tmp_path) as found:
+        yield found
+
+
+def test_three_supervisors_fire_every_tick_once(tmp_path: Path, url: str) -> None:
     added = run_workhive(tmp_path, "--storage", url, "schedule", "add", "ticks", "--every", "1s", "--name", "tick",
                          "--catch-up", "1000", "--data", '{"from": "schedule"}', "--json")  # fmt: skip
     assert added.code == 0, added.err
@@ -48,7 +55,7 @@ def test_two_supervisors_fire_every_tick_once(tmp_path: Path) -> None:
     command += ["--processes", "1", "--progress", "none"]
     procs = [
         subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
+        for _ in range(3)
     ]
     try:
         deadline = time.monotonic() + PATIENCE

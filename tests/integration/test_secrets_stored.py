@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,13 +21,13 @@ import pytest
 import workhive
 from workhive.credentials import Credential, CredentialPool
 from workhive.redaction import REDACTED, forget_secrets
+from workhive.testing.services import POSTGRES, REDIS, drop_postgres_schema, drop_redis_prefix, require_service
 
 #: special characters in it, so its URL-encoded and JSON-escaped forms differ from it;
 #: "LEAKED" survives every encoding, so finding it anywhere means some form got through
 KEY = 'sk-STORED+a/B="\\é-LEAKED'
 R = REDACTED
-PG = ("127.0.0.1", 5432)
-REDIS = ("127.0.0.1", 6379)
+PG = POSTGRES
 
 RESULT = {
     "echo": f"Incorrect API key provided: {KEY}",
@@ -44,16 +42,6 @@ STORED = {
     "body": json.dumps({"key": R}),
 }
 ERROR = f"HTTP 401 for GET /v1?key={quote(KEY, safe='')} body={json.dumps({'k': KEY})[1:-1]}"
-
-
-def _service(name: str, address: tuple[str, int]) -> None:
-    try:
-        socket.create_connection(address, timeout=3).close()
-    except OSError as exc:
-        reason = f"{name} is not reachable at {address[0]}:{address[1]} ({exc})"
-        if os.environ.get("WORKHIVE_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{reason}; WORKHIVE_REQUIRE_SERVICES=1 requires it")
-        pytest.skip(reason)
 
 
 @attrs.frozen
@@ -105,31 +93,6 @@ def _redis_keys(prefix: str) -> bytes:
         client.close()
 
 
-def _drop_postgres(schema: str) -> None:
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(host=PG[0], port=PG[1], user="postgres", database="test")
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
-def _drop_redis(prefix: str) -> None:
-    import redis
-
-    client = redis.Redis(host=REDIS[0], port=REDIS[1])
-    try:
-        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
 @pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     kind = request.param
@@ -141,17 +104,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         path = tmp_path / "hive.db"
         yield Store(f"sqlite:///{path}", lambda: b"".join(p.read_bytes() for p in tmp_path.glob("hive.db*")))
     elif kind == "postgres":
-        _service("PostgreSQL", PG)
+        require_service("PostgreSQL", PG)
         try:
             yield Store(f"postgresql://postgres@{PG[0]}:{PG[1]}/test?schema={name}", lambda: _postgres_rows(name))
         finally:
-            _drop_postgres(name)
+            drop_postgres_schema(name)
     else:
-        _service("Redis", REDIS)
+        require_service("Redis", REDIS)
         try:
             yield Store(f"redis://{REDIS[0]}:{REDIS[1]}/0?prefix={name}", lambda: _redis_keys(name))
         finally:
-            _drop_redis(name)
+            drop_redis_prefix(name)
 
 
 @pytest.fixture(autouse=True)
