@@ -475,34 +475,12 @@ class Pool:
             if fresh:
                 return await self._requeue_fresh(None)
             return await self._backend.requeue(self.name, None)
-        _refuse_scalar_batch(item_ids, "requeue")
-        ids = list(item_ids)
-        for item_id in ids:
-            if not isinstance(item_id, str):
-                raise InvalidArgument(f"item ids are strings, got {item_id!r} in {ids!r}", value=item_id)
-        ids = list(dict.fromkeys(ids))  # a repeated id counts once
-        unknown: list[str] = []
-        not_poisoned: list[str] = []
-        for item_id in ids:
-            item = await self._backend.get(self.name, item_id)
-            if item is None:
-                unknown.append(item_id)
-            elif item.state is not ItemState.POISONED and item.state is not ItemState.CANCELLED:
-                not_poisoned.append(f"{item_id} is {item.state.value}")
-        if unknown:
-            raise ItemNotFound(
-                f"no item {_listing([repr(i) for i in unknown])} in pool {self.name!r}; nothing was requeued",
-                item_id=unknown[0],
-                item_ids=unknown,
-                pool=self.name,
-            )
-        if not_poisoned:
-            raise InvalidArgument(
-                f"only poisoned or cancelled items can be requeued: in pool {self.name!r} "
-                f"item {_listing(not_poisoned)}; "
-                "nothing was requeued",
-                item_ids=[entry.split(" ", 1)[0] for entry in not_poisoned],
-            )
+        ids = await self._checked_ids(
+            item_ids,
+            "requeue",
+            (ItemState.POISONED, ItemState.CANCELLED),
+            "only poisoned or cancelled items can be requeued",
+        )
         if fresh and ids:
             return await self._requeue_fresh(ids)
         return await self._backend.requeue(self.name, ids) if ids else 0
@@ -579,34 +557,13 @@ class Pool:
                 f"storage {type(backend).__name__} cannot cancel items (it lacks the optional cancel method, "
                 "workhive.storage.Cancels); use a storage engine that has it (memory, sqlite, postgres, redis)"
             )
-        _refuse_scalar_batch(item_ids, "cancel")
-        ids = list(item_ids)
-        for item_id in ids:
-            if not isinstance(item_id, str):
-                raise InvalidArgument(f"item ids are strings, got {item_id!r} in {ids!r}", value=item_id)
-        ids = list(dict.fromkeys(ids))  # a repeated id counts once
-        unknown: list[str] = []
-        finished: list[str] = []
-        for item_id in ids:
-            item = await backend.get(self.name, item_id)
-            if item is None:
-                unknown.append(item_id)
-            elif item.state not in (ItemState.PENDING, ItemState.CLAIMED):
-                already = "already cancelled" if item.state is ItemState.CANCELLED else f"{item.state.value}"
-                finished.append(f"{item_id} is {already}")
-        if unknown:
-            raise ItemNotFound(
-                f"no item {_listing([repr(i) for i in unknown])} in pool {self.name!r}; nothing was cancelled",
-                item_id=unknown[0],
-                item_ids=unknown,
-                pool=self.name,
-            )
-        if finished:
-            raise InvalidArgument(
-                f"only pending or claimed items can be cancelled: in pool {self.name!r} item "
-                f"{_listing(finished)}; nothing was cancelled (requeue a finished item first to run it again)",
-                item_ids=[entry.split(" ", 1)[0] for entry in finished],
-            )
+        ids = await self._checked_ids(
+            item_ids,
+            "cancel",
+            (ItemState.PENDING, ItemState.CLAIMED),
+            "only pending or claimed items can be cancelled",
+            " (requeue a finished item first to run it again)",
+        )
         if not ids:
             return {}
         before = await backend.cancel(self.name, ids)
@@ -615,6 +572,44 @@ class Pool:
             for item_id, state in zip(ids, before)
             if state is ItemState.PENDING or state is ItemState.CLAIMED
         }
+
+    async def _checked_ids(
+        self, item_ids: Iterable[str], verb: str, allowed: tuple[ItemState, ...], rule: str, hint: str = ""
+    ) -> list[str]:
+        """The distinct ids of ``item_ids`` if each names an item of this pool in an ``allowed`` state.
+
+        Otherwise ``ItemNotFound`` (unknown ids) or ``InvalidArgument`` (``rule``, then
+        each id with its state, then ``hint``), and the caller does nothing.
+        """
+        _refuse_scalar_batch(item_ids, verb)
+        ids = list(item_ids)
+        for item_id in ids:
+            if not isinstance(item_id, str):
+                raise InvalidArgument(f"item ids are strings, got {item_id!r} in {ids!r}", value=item_id)
+        ids = list(dict.fromkeys(ids))  # a repeated id counts once
+        done = "cancelled" if verb == "cancel" else "requeued"
+        unknown: list[str] = []
+        refused: list[str] = []
+        for item_id in ids:
+            item = await self._backend.get(self.name, item_id)
+            if item is None:
+                unknown.append(item_id)
+            elif item.state not in allowed:
+                already = "already " if item.state.value == done else ""
+                refused.append(f"{item_id} is {already}{item.state.value}")
+        if unknown:
+            raise ItemNotFound(
+                f"no item {_listing([repr(i) for i in unknown])} in pool {self.name!r}; nothing was {done}",
+                item_id=unknown[0],
+                item_ids=unknown,
+                pool=self.name,
+            )
+        if refused:
+            raise InvalidArgument(
+                f"{rule}: in pool {self.name!r} item {_listing(refused)}; nothing was {done}{hint}",
+                item_ids=[entry.split(" ", 1)[0] for entry in refused],
+            )
+        return ids
 
     async def release_by_worker(self, worker_id: str, *, spend_attempt: bool = True) -> int:
         """Release every item ``worker_id`` holds in this pool; returns the count."""
