@@ -19,6 +19,7 @@ from workhive.models import WorkerStatus
 from .cli_helpers import COMMAND
 
 pytest.importorskip("workhive_sqlite")
+pytestmark = pytest.mark.one_python  # whole fleets: once in the Python matrix
 
 HERE = Path(__file__).parent
 #: the longest a fleet may take to show what a test waits for (a hung fleet fails; a slow one does not)

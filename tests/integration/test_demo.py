@@ -37,6 +37,7 @@ def test_demo_json_and_a_clean_rerun(tmp_path: Path) -> None:
     assert "sk-demo-" not in again.out + again.err  # the keys themselves never reach the output
 
 
+@pytest.mark.one_python
 def test_demo_compares_budgets_known_learned_and_off(tmp_path: Path) -> None:
     run = workhive(tmp_path, "demo", "--items", "40", "--budgets", "compare", "--json", timeout=400)
     assert run.code == 0, run

@@ -158,6 +158,7 @@ def test_sigterm_lets_in_flight_items_finish_releases_the_rest_and_deregisters(t
     assert {w.status for w in asyncio.run(workers())} == {WorkerStatus.STOPPED}
 
 
+@pytest.mark.one_python
 def test_chaos_random_sigkills_and_a_frozen_process_lose_nothing(tmp_path, run_script):
     rng = random.Random(20240607)
     db = tmp_path / "hive.db"
@@ -445,6 +446,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.one_python
 def test_a_disk_that_fills_mid_run_ends_the_fleet_with_one_reason_and_loses_nothing(small_disk, run_script):
     db = small_disk / "hive.db"
     url = f"sqlite:///{db}"

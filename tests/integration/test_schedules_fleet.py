@@ -25,6 +25,7 @@ from .cli_helpers import COMMAND
 from .cli_helpers import workhive as run_workhive
 
 pytest.importorskip("workhive_sqlite")
+pytestmark = pytest.mark.one_python  # whole fleets: once in the Python matrix
 
 HERE = Path(__file__).parent
 PATIENCE = 240.0

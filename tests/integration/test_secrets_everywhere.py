@@ -43,6 +43,7 @@ def _assert_clean(where: str, text: str | bytes) -> None:
         assert b"LEAKED" not in raw, f"part of a canary key leaked in {where}"
 
 
+@pytest.mark.one_python
 def test_no_canary_key_in_any_output_stream_or_the_database(tmp_path: Path) -> None:
     env = {
         "PYTHONPATH": str(HERE),
