@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from workhive.envelope import ENVELOPE_PREFIX, TIMEOUT_HEADER, headers, unseal
+from workhive.envelope import TIMEOUT_HEADER, headers, unseal
 
 __all__ = [
     "Ack",
@@ -163,7 +163,7 @@ class WorkItem:
         >>> item.timeout  # doctest: +SKIP
         300.0
         """
-        found = headers(self.payload).get(TIMEOUT_HEADER) if self.payload.startswith(ENVELOPE_PREFIX) else None
+        found = headers(self.payload).get(TIMEOUT_HEADER)  # one startswith when there is no envelope
         return None if found is None else float(found)
 
     @cached_property

@@ -180,16 +180,7 @@ class ClusterClient(RedisClient):
         """One client per master, for what must visit every node (a ``SCAN`` of the prefix)."""
         return [self._node(address) for address in self._masters]
 
-    # -- calls ----------------------------------------------------------------------
-    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *, write: bool = True) -> Any:
-        """``EVALSHA`` the script ``name`` with ``keys`` and ``args`` on the master of their slot; its reply."""
-        script = self.scripts[name]
-        return (await self.pipeline([("EVALSHA", script.sha, len(keys), *keys, *args)], write=write))[0]
-
-    async def command(self, *args: Any, write: bool = False) -> Any:
-        """One plain command on the master of its key's slot (keyless ones: the hive slot's); its reply."""
-        return (await self.pipeline([args], write=write))[0]
-
+    # -- calls (run and command are RedisClient's: each one command through this pipeline) --
     async def pipeline(
         self,
         commands: Sequence[Sequence[Any]],
@@ -435,11 +426,6 @@ class ClusterClient(RedisClient):
                     raise self._gave_up(last, retry_for)
                 await asyncio.sleep(pause * (0.5 + random.random() / 2))
                 pause = min(_MAX_PAUSE, pause * 2)
-
-    @property
-    def follows_master(self) -> bool:
-        """False: a cluster's failovers are told per slot (``slot_failovers``), not by sentinels."""
-        return False
 
     def slot_failovers(self, key: str) -> int:
         """How many times this client saw a replica take over the slot of ``key`` (see the backend's heartbeat).
