@@ -23,7 +23,7 @@ from workhive.models import ItemState
 from workhive.schedules import Fired
 from workhive.testing.clock import ManualClock
 
-__all__ = ["FiringRun", "three_firers"]
+__all__ = ["FiringRun", "check_each_tick_pushed_once", "three_firers"]
 
 #: how long a barrier waits for the others before the test fails (a hung firer, not a slow one)
 BARRIER_TIMEOUT = 300.0
@@ -96,3 +96,14 @@ def three_firers(
             }
 
     return FiringRun(seen, asyncio.run(read()))
+
+
+def check_each_tick_pushed_once(run: FiringRun, rounds: int) -> None:
+    """[SC3][SC4] what every engine's test asserts of ``three_firers(..., rounds=rounds)`` with ``step=60``."""
+    for r, per_firer in enumerate(run.rounds):
+        ticks = [(f.schedule, f.tick) for fired in per_firer for f in fired]
+        # Every round moved the clock a minute: each schedule has one tick due, pushed by one firer.
+        assert sorted(s for s, _ in ticks) == ["cron-minute", "every-minute"], f"round {r}: {per_firer}"
+    every = [f.tick for round_ in run.rounds for fired in round_ for f in fired if f.schedule == "every-minute"]
+    assert len(set(every)) == rounds
+    assert run.items == {"sched-every": ["every"] * rounds, "sched-cron": ["cron"] * rounds}

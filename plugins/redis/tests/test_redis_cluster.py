@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import redis_cluster
+import redis_contracts
 from redis_cluster import PrivateCluster
 from redis_server import new_prefix
 from workhive_redis import RedisLocks, RedisStorage, parse_url
@@ -31,7 +32,7 @@ from workhive_redis.cluster import ClusterClient
 import workhive
 from workhive.errors import ConfigError, ItemNotFound, StorageUnavailable
 from workhive.models import ItemState
-from workhive.testing import StorageContract, StorageStatefulContract
+from workhive.testing import StorageStatefulContract
 from workhive.testing.budgets import BudgetContract
 from workhive.testing.clock import ManualClock
 from workhive.testing.locks import LockContract
@@ -100,21 +101,11 @@ def test_the_plugin_opens_cluster_urls() -> None:
 
 # -- on the cluster ------------------------------------------------------------------------------
 @pytest.mark.usefixtures("shared_cluster")
-class TestRedisClusterContract(StorageContract):
+class TestRedisClusterContract(redis_contracts.TestRedisDeploymentContract):
     """The storage contract on the cluster: the masters' TIME, moved forward through ``clock_offset``."""
 
-    clock_drift = 5.0
-
-    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
-        offset = clock.offset if isinstance(clock, ManualClock) else None
-        return RedisStorage(_url(tmp_path), clock_offset=offset)
-
-    def make_missing_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
-        offset = clock.offset if isinstance(clock, ManualClock) else None
-        return RedisStorage(_url(tmp_path), clock_offset=offset, create=False)
-
-    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
-        return _url(tmp_path), {}
+    def store_url(self, tmp_path: pathlib.Path) -> str:
+        return _url(tmp_path)
 
 
 @pytest.mark.usefixtures("shared_cluster")

@@ -9,16 +9,14 @@ on that master, found through the sentinels. The suites are subclassed as
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
+import redis_contracts
 from redis_sentinel_server import SentinelSetup
 from redis_server import new_prefix
-from workhive_redis import RedisLocks, RedisStorage
+from workhive_redis import RedisLocks
 
-from workhive.testing import StorageContract
-from workhive.testing.clock import ManualClock
 from workhive.testing.locks import LockContract
 
 _setup: list[SentinelSetup] = []
@@ -45,21 +43,11 @@ def _url(tmp_path: pathlib.Path) -> str:
     return _setup[0].url(prefix)
 
 
-class TestRedisSentinelContract(StorageContract):
+class TestRedisSentinelContract(redis_contracts.TestRedisDeploymentContract):
     """The server's TIME, moved forward by the suite through ``clock_offset``, as in TestRedisContract."""
 
-    clock_drift = 5.0
-
-    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
-        offset = clock.offset if isinstance(clock, ManualClock) else None
-        return RedisStorage(_url(tmp_path), clock_offset=offset)
-
-    def make_missing_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> RedisStorage:
-        offset = clock.offset if isinstance(clock, ManualClock) else None
-        return RedisStorage(_url(tmp_path), clock_offset=offset, create=False)
-
-    def multiprocess_store(self, tmp_path: pathlib.Path) -> tuple[str, dict[str, Any]]:
-        return _url(tmp_path), {}
+    def store_url(self, tmp_path: pathlib.Path) -> str:
+        return _url(tmp_path)
 
 
 class TestRedisSentinelLockContract(LockContract):
