@@ -68,6 +68,8 @@ from workhive.hookspecs import hookimpl
 from workhive.locks import HeldLock, LockHolder, LockProvider
 from workhive.models import (
     Ack,
+    GroupReport,
+    GroupStats,
     ItemState,
     Job,
     NewItem,
@@ -85,7 +87,7 @@ from workhive.plugin_types import BackoffPlugin, CredentialsPlugin, LocksPlugin,
 from workhive.pool import Pool
 from workhive.schedules import Fired, Schedule, Schedules, StoresSchedules
 from workhive.shared_state import SharedState
-from workhive.storage import Cancels, CompletesAndClaims, KeepsSteps, StorageBackend
+from workhive.storage import Cancels, CompletesAndClaims, KeepsSteps, ServesGroups, StorageBackend
 from workhive.urls import redact_url
 from workhive.workers import Workers
 
@@ -116,6 +118,8 @@ __all__ = [
     "default_locks_url",
     "Cancels",
     "CompletesAndClaims",
+    "GroupReport",
+    "GroupStats",
     "HeldLock",
     "HiveNotFound",
     "Hive",
@@ -154,6 +158,7 @@ __all__ = [
     "ScheduleNotFound",
     "Schedules",
     "SchemaVersionError",
+    "ServesGroups",
     "SharedState",
     "StoresSchedules",
     "StepRecord",

@@ -21,6 +21,8 @@ from workhive.envelope import TIMEOUT_HEADER, headers, unseal
 
 __all__ = [
     "Ack",
+    "GroupReport",
+    "GroupStats",
     "ItemState",
     "Job",
     "NewItem",
@@ -69,8 +71,8 @@ class WorkerStatus(str, enum.Enum):
 class Job:
     """Data plus per-item options, for ``Pool.push_many``.
 
-    >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1")
-    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1', timeout=None)
+    >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1", group="tenant-42")
+    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1', timeout=None, group='tenant-42')
     """
 
     data: Any
@@ -80,6 +82,8 @@ class Job:
     dedup_key: str | None = None
     #: seconds its handler may run (None: the fleet's ``--timeout``)
     timeout: float | None = None
+    #: the group (tenant) it belongs to; None: the ``push_many(group=)`` default, else ungrouped
+    group: str | None = None
 
 
 # Not slotted, like WorkItem: one is built per pushed item (see WorkItem's note).
@@ -96,6 +100,8 @@ class NewItem:
     delay: float = 0.0
     max_attempts: int = 5
     dedup_key: str | None = None
+    #: the group (tenant) whose turn serves it (docs/groups.md); None: the ungrouped items
+    group: str | None = None
 
 
 @attrs.frozen
@@ -139,6 +145,8 @@ class WorkItem:
     result_payload: str | None = None
     finished_at: float | None = None
     releases: int = 0
+    #: the group (tenant) it was pushed to, or None
+    group: str | None = None
 
     @property
     def receipt(self) -> str:
@@ -285,3 +293,48 @@ class StepRecord:
     def value(self) -> Any:
         """The step's result decoded from JSON (for a failed step, its error text)."""
         return json.loads(self.payload)
+
+
+@attrs.frozen
+class GroupStats:
+    """One group of a pool as ``Pool.groups()`` reports it (``group`` None: the ungrouped items).
+
+    ``limit`` is the group's own limit (None: none of its own, the pool's default
+    then applies to a named group); ``in_flight`` counts unexpired claims;
+    ``ready`` items claimable now (PENDING and due, or expired claims with
+    attempts left); ``waiting`` PENDING items not yet due; ``paused_until`` the
+    backend time its pause ends, only while that is in the future.
+
+    >>> GroupStats("tenant-42", 2.0, 3, 1, 5, 0, None).ready
+    5
+    """
+
+    group: str | None
+    weight: float
+    limit: int | None
+    in_flight: int
+    ready: int
+    waiting: int
+    paused_until: float | None = None
+
+
+@attrs.frozen
+class GroupReport:
+    """The groups of a pool, their settings and counts (``Pool.groups()``; rule GR9).
+
+    ``groups`` is sorted by name with the ungrouped items (None) first, and holds
+    every group with a live item or a setting of its own.
+
+    >>> report = GroupReport("jobs", None, 4, (GroupStats(None, 1.0, None, 0, 2, 0),))
+    >>> [g.group for g in report.groups], report.default_limit
+    ([None], 4)
+    """
+
+    pool: str
+    pool_limit: int | None
+    default_limit: int | None
+    groups: tuple[GroupStats, ...] = ()
+
+    def group(self, name: str | None) -> GroupStats | None:
+        """The stats of group ``name`` (None: the ungrouped items), or None if the report has no such group."""
+        return next((g for g in self.groups if g.group == name), None)

@@ -14,15 +14,18 @@ from typing import TYPE_CHECKING, Any
 from workhive import envelope, tracing
 from workhive.errors import ConfigError, InvalidArgument, ItemNotFound, LeaseLost
 from workhive.ids import parse_receipt
-from workhive.models import Ack, ItemState, Job, NewItem, PoolStats, StepRecord, WorkItem
+from workhive.models import Ack, GroupReport, ItemState, Job, NewItem, PoolStats, StepRecord, WorkItem
 from workhive.redaction import scrub, scrub_json
 from workhive.steps import check_step_key, encode_step, steps_of
-from workhive.storage import Cancels, CompletesAndClaims
+from workhive.storage import Cancels, CompletesAndClaims, ServesGroups
 from workhive.validation import (
     check_count,
     check_dedup_key,
+    check_group,
+    check_limit,
     check_nonnegative,
     check_positive,
+    check_weight,
     printable_text,
     to_json,
 )
@@ -113,6 +116,7 @@ class Pool:
         "_ev_failed",
         "_ev_poisoned",
         "_fused",
+        "_groups",
         "_hive",
         "name",
     )
@@ -123,6 +127,7 @@ class Pool:
         self._backend = hive.storage
         # Decided once: a runtime-checkable isinstance walks the protocol's members.
         self._fused = hive.storage if isinstance(hive.storage, CompletesAndClaims) else None
+        self._groups = hive.storage if isinstance(hive.storage, ServesGroups) else None
         events = hive.manager.event_hooks
         self._ev_claimed = events["workhive_item_claimed"]
         self._ev_completed = events["workhive_item_completed"]
@@ -141,6 +146,7 @@ class Pool:
         max_attempts: int | None,
         dedup_key: str | None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> NewItem:
         payload = to_json(data)
         if priority.__class__ is not int or priority != 0:
@@ -150,11 +156,14 @@ class Pool:
         attempts = self._hive.max_attempts if max_attempts is None else check_count("max_attempts", max_attempts)
         if dedup_key is not None:
             check_dedup_key(dedup_key)
+        if group is not None:
+            self._grouping()
+            check_group(group)
         carried = tracing.headers()
         if timeout is not None:
             # The item's own timeout travels in its envelope, so every engine keeps it without a column.
             carried = {**(carried or {}), envelope.TIMEOUT_HEADER: repr(check_positive("timeout", timeout))}
-        return NewItem(envelope.seal(payload, carried), priority, float(delay), attempts, dedup_key)
+        return NewItem(envelope.seal(payload, carried), priority, float(delay), attempts, dedup_key, group)
 
     async def push(
         self,
@@ -165,6 +174,7 @@ class Pool:
         max_attempts: int | None = None,
         dedup_key: str | None = None,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> str:
         """Add one item; returns its id (the existing item's id if ``dedup_key`` matched one).
 
@@ -172,24 +182,32 @@ class Pool:
         may be claimed. ``max_attempts``: claims before it is poisoned.
         ``timeout``: seconds its handler may run (> 0; past it the handler is
         stopped and the attempt fails "timed out after N s"), instead of the
-        fleet's ``--timeout``.
+        fleet's ``--timeout``. ``group``: the group (tenant) whose turn serves it
+        (docs/groups.md); a storage without groups refuses it (``ConfigError``).
 
-        >>> await pool.push({"url": "https://a.example"}, timeout=120)  # doctest: +SKIP
+        >>> await pool.push({"url": "https://a.example"}, timeout=120, group="tenant-42")  # doctest: +SKIP
         'i000000000000002a'
         """
         with tracing.pushing(self.name) as span:  # the item carries this span's context
-            item = self._new_item(data, priority, delay, max_attempts, dedup_key, timeout)
+            item = self._new_item(data, priority, delay, max_attempts, dedup_key, timeout, group)
             ids = await self._backend.push(self.name, (item,))
             span.pushed(ids)
         return ids[0]
 
-    async def push_many(self, items: Iterable[Any]) -> list[str]:
+    async def push_many(self, items: Iterable[Any], *, group: str | None = None) -> list[str]:
         """Add many items in one backend call; each is plain data or a ``Job`` with its options.
 
         Every item is validated before anything is written: one bad item and none are pushed.
         A string, bytes or a mapping is refused (``InvalidArgument``): iterating one
-        would push its characters or keys.
+        would push its characters or keys. ``group`` is the group of the plain
+        items and of the Jobs without a group of their own.
+
+        >>> await pool.push_many([{"n": 1}, Job({"n": 2}, group="t-7")], group="t-1")  # doctest: +SKIP
+        ['i000000000000002a', 'i000000000000002b']
         """
+        if group is not None:
+            self._grouping()
+            check_group(group)
         _refuse_scalar_batch(items, "push_many")
         try:
             items = iter(items)
@@ -202,9 +220,11 @@ class Pool:
         with tracing.pushing(self.name) as span:  # every item carries this span's context
             carried = tracing.headers()
             new = [
-                self._new_item(i.data, i.priority, i.delay, i.max_attempts, i.dedup_key, i.timeout)
+                self._new_item(
+                    i.data, i.priority, i.delay, i.max_attempts, i.dedup_key, i.timeout, group if i.group is None else i.group
+                )
                 if isinstance(i, Job)
-                else NewItem(envelope.seal(to_json(i), carried), 0, 0.0, attempts, None)
+                else NewItem(envelope.seal(to_json(i), carried), 0, 0.0, attempts, None, group)
                 for i in items
             ]
             if not new:
@@ -610,6 +630,71 @@ class Pool:
                 item_ids=[entry.split(" ", 1)[0] for entry in refused],
             )
         return ids
+
+    # -- groups (docs/groups.md) -------------------------------------------
+    def _grouping(self) -> ServesGroups:
+        """The backend, if it serves groups; else ``ConfigError`` (before anything is stored)."""
+        if self._groups is None:
+            raise ConfigError(
+                f"storage {type(self._backend).__name__} does not support groups: use memory, sqlite, postgres "
+                "or redis (or implement workhive.storage.ServesGroups)"
+            )
+        return self._groups
+
+    async def set_group_weight(self, group: str, weight: float) -> None:
+        """Give ``group`` a share of claims: while backlogged it takes ``weight / sum of weights`` of them.
+
+        ``weight`` is a finite number > 0 (default 1). Kept before the group has items.
+
+        >>> await pool.set_group_weight("tenant-42", 3)  # doctest: +SKIP
+        """
+        backend = self._grouping()
+        await backend.set_group_weight(self.name, check_group(group), check_weight(weight))
+
+    async def set_group_limit(self, group: str, limit: int | None) -> None:
+        """At most ``limit`` items of ``group`` in flight (unexpired claims) across the fleet; None removes it.
+
+        A group at its limit is skipped: its items wait and claims serve the others.
+
+        >>> await pool.set_group_limit("tenant-42", 2)  # doctest: +SKIP
+        """
+        backend = self._grouping()
+        await backend.set_group_limit(self.name, check_group(group), check_limit("a group limit", limit))
+
+    async def set_default_group_limit(self, limit: int | None) -> None:
+        """The limit of every named group without one of its own (ungrouped items have none); None removes it.
+
+        >>> await pool.set_default_group_limit(4)  # doctest: +SKIP
+        """
+        backend = self._grouping()
+        await backend.set_group_limit(self.name, None, check_limit("the default group limit", limit))
+
+    async def set_limit(self, limit: int | None) -> None:
+        """At most ``limit`` items of this pool in flight (unexpired claims) across the fleet; None removes it.
+
+        >>> await pool.set_limit(10)  # doctest: +SKIP
+        """
+        backend = self._grouping()
+        await backend.set_pool_limit(self.name, check_limit("a pool limit", limit))
+
+    async def pause_group(self, group: str, seconds: float | None) -> None:
+        """Skip ``group`` in claims for ``seconds`` (> 0) on the storage's clock; None resumes it at once.
+
+        Its items wait (nothing fails); a tenant whose budget is spent is paused until it refills.
+
+        >>> await pool.pause_group("tenant-42", 3600)  # doctest: +SKIP
+        """
+        backend = self._grouping()
+        group = check_group(group)
+        await backend.pause_group(self.name, group, None if seconds is None else check_positive("pause seconds", seconds))
+
+    async def groups(self) -> GroupReport:
+        """Every group with live items or settings of its own: weights, limits, pauses and counts.
+
+        >>> [(g.group, g.ready, g.in_flight) for g in (await pool.groups()).groups]  # doctest: +SKIP
+        [(None, 3, 0), ('tenant-42', 5, 2)]
+        """
+        return await self._grouping().group_report(self.name)
 
     async def release_by_worker(self, worker_id: str, *, spend_attempt: bool = True) -> int:
         """Release every item ``worker_id`` holds in this pool; returns the count."""

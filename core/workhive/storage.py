@@ -224,6 +224,46 @@ cancel.py               Z1    cancel              optional (``Cancels``): each g
                                                   ``requeue(None)`` takes POISONED ones only), ``purge``
                                                   ages it out (U1).
 
+groups.py               GR1   push / claim / get  optional (``ServesGroups``): ``NewItem.group`` is kept and  groups_are_kept_by_push_claim_get_and_every_way_back_to_pending
+                                                  returned on every ``WorkItem`` (None stays None); dedup
+                                                  (P3) is per pool across groups; requeue, fail, release,
+                                                  release_by_worker and expiry keep the group.
+                        GR2   claim               turns: among the claimable items of the highest priority    equal_groups_take_turns_in_a_fixed_rotation,
+                                                  an admissible group holds, each claim (a batch of n acts    a_batch_claim_takes_turns_as_single_claims_would
+                                                  as n one-item claims) takes the oldest item (C1 order) of
+                                                  the group whose turn it is; equal weights: strict rotation
+                                                  in a fixed order while the groups stay backlogged.
+                                                  Ungrouped items take turns as one group.
+                        GR3   set_group_weight    weight w > 0 (default 1): while backlogged, after n claims  weights_share_the_claims
+                                                  a group has taken n * w / sum(w) items, within 1 + the
+                                                  number of groups.
+                        GR4   claim               no banked credit: a group that becomes ready (push, a       a_group_that_becomes_ready_gets_no_banked_credit
+                                                  delay due, an expiry) while others are backlogged is
+                                                  served within k claims (k ready groups) and over the next
+                                                  m claims takes at most m * w / sum(w) + 2.
+                        GR5   claim               priority first: an admissible item of a higher priority is  a_higher_priority_goes_first_whatever_the_turns
+                                                  claimed before any item of a lower priority, whatever the
+                                                  turns.
+                        GR6   set_group_limit     a claim never leaves more than n unexpired claims of a      a_higher_priority_goes_first_whatever_the_turns,
+                                                  group (its own limit, else the default ``group=None`` for   a_group_limit_caps_its_claims_and_every_settlement_frees_a_slot,
+                                                  named groups; ungrouped: only the pool's), across tasks,    a_default_group_limit_binds_every_named_group_without_its_own,
+                                                  processes and machines; an expiry frees the slot at its     group_and_pool_limits_hold_under_concurrent_tasks,
+                                                  expiry, complete/fail/release/cancel/reap at once; a group  group_and_pool_limits_hold_across_processes
+                                                  at its limit is skipped; lowering takes nothing back.
+                        GR7   set_pool_limit      a claim never leaves more than n unexpired claims in the    group_and_pool_limits_hold_under_concurrent_tasks,
+                                                  pool, across tasks, processes and machines.                 group_and_pool_limits_hold_across_processes,
+                                                                                                              a_pool_limit_caps_the_claims_of_every_group
+                        GR8   pause_group         claims skip the group until backend now + seconds           a_paused_group_waits_and_resumes
+                                                  (claimable again at that time); None resumes at once; its
+                                                  items wait, never fail.
+                        GR9   group_report        settings are kept before a group or pool has items;         settings_made_before_any_item_are_kept,
+                                                  ``group_report`` gives exactly                              the_group_report_counts_exactly,
+                                                  ``GroupReport``/``GroupStats`` (expired claims ready,       bad_group_input_is_refused_and_changes_nothing,
+                                                  never in flight). Facade: bad names ``InvalidName``, bad    groups_on_a_backend_without_them_are_a_config_error
+                                                  weight, limit or pause ``InvalidArgument``; a backend
+                                                  without ``ServesGroups``: ``ConfigError``; nothing
+                                                  changes.
+
 ../budgets.py           O2    take_budget         optional (``workhive.budgets.TakesBudget``): GCRA rate      ``workhive.testing.budgets.BudgetContract``
                                                   budgets; reserve the soonest of several choices within
                                                   ``max_wait`` atomically, on the backend's clock.
@@ -273,6 +313,7 @@ from typing import Protocol, runtime_checkable
 from workhive.errors import PluginValidationError
 from workhive.models import (
     Ack,
+    GroupReport,
     ItemState,
     NewItem,
     PoolStats,
@@ -285,7 +326,7 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["Cancels", "CompletesAndClaims", "KeepsSteps", "StorageBackend", "check_backend"]
+__all__ = ["Cancels", "CompletesAndClaims", "KeepsSteps", "ServesGroups", "StorageBackend", "check_backend"]
 
 
 @runtime_checkable
@@ -411,6 +452,45 @@ class KeepsSteps(Protocol):
 
     async def step_clear(self, pool: str, item_ids: Sequence[str]) -> int:
         """Remove the steps of the given items that are not PENDING or CLAIMED; returns how many steps went."""
+        ...
+
+
+@runtime_checkable
+class ServesGroups(Protocol):
+    """An optional capability: items carry a group (a tenant) and claims serve the groups in turn (GR1-GR9).
+
+    A backend declaring it stores ``NewItem.group``, returns it on every
+    ``WorkItem``, and honours turns, weights, limits and pauses in ``claim``,
+    ``complete_and_claim`` and wherever an item becomes claimable. ``Pool``
+    checks for it with ``isinstance`` and refuses ``group=`` and every group
+    setting on a backend without it (``ConfigError``). Settings are kept per
+    pool, also before the pool has items. docs/groups.md has the semantics.
+
+    >>> class MyBackend:  # doctest: +SKIP
+    ...     async def set_group_weight(self, pool, group, weight):
+    ...         async with self.transaction():
+    ...             await self._upsert_group(pool, group, weight=weight)
+    """
+
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        """Group ``group``'s share of claims while backlogged (finite, > 0; default 1)."""
+        ...
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims of ``group`` (None: the default of every named group
+        without its own); ``limit`` None removes the limit."""
+        ...
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims in the pool (None: no limit)."""
+        ...
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        """Claims skip ``group`` until the backend's now + ``seconds``; None resumes it at once."""
+        ...
+
+    async def group_report(self, pool: str) -> GroupReport:
+        """Every group with a live item or a setting of its own, with its counts (``GroupReport``)."""
         ...
 
 

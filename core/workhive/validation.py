@@ -321,3 +321,43 @@ def check_count(what: str, value: int, minimum: int = 1, maximum: int = 2**31 - 
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise InvalidArgument(f"{what} must be an integer from {minimum} to {maximum}, got {value!r}", value=value)
     return value
+
+
+def check_group(group: object) -> str:
+    """A group (tenant) name: the same rule as pool names, else InvalidName.
+
+    >>> check_group("tenant-42")
+    'tenant-42'
+    """
+    return check_name("group", group)
+
+
+def check_weight(weight: float) -> float:
+    """A group's weight: a finite number > 0, else InvalidArgument.
+
+    >>> check_weight(2)
+    2.0
+    """
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+        raise InvalidArgument(
+            f"a group's weight must be a finite number > 0 (its share of claims; the default is 1), got {weight!r}",
+            value=weight,
+        )
+    return float(weight)
+
+
+def check_limit(what: str, limit: int | None) -> int | None:
+    """A limit on items in flight: None (no limit) or an int >= 1, else InvalidArgument.
+
+    >>> check_limit("group limit", 3), check_limit("group limit", None)
+    (3, None)
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 2**31 - 1:
+        raise InvalidArgument(
+            f"{what} must be an integer from 1 to {2**31 - 1} (items in flight at once), or None for no limit, "
+            f"got {limit!r}",
+            value=limit,
+        )
+    return limit

@@ -39,6 +39,7 @@ from workhive.testing.storage.claim import ClaimRules
 from workhive.testing.storage.complete_and_claim import CompleteAndClaimRules
 from workhive.testing.storage.expiry import ExpiryRules
 from workhive.testing.storage.fencing import FencingRules
+from workhive.testing.storage.groups import GroupRules
 from workhive.testing.storage.opening import OpeningRules
 from workhive.testing.storage.push import PushRules
 from workhive.testing.storage.reading import ReadingRules
@@ -69,6 +70,7 @@ class StorageContract(
     ScheduleRules,  # SC1-SC5: schedules.py
     StepRules,  # ST1-ST6: steps.py (optional capability KeepsSteps)
     CancelRules,  # Z1-Z3: cancel.py (optional: Cancels)
+    GroupRules,  # GR1-GR9: groups.py (optional: ServesGroups)
     BadInputRules,  # V1: bad_input.py
 ):
     """Subclass in your backend's tests and override ``make_backend`` (see the module docstring)."""
