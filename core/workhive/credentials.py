@@ -364,6 +364,7 @@ def _merge_budget(credential: Credential, fields: dict[str, str]) -> Budget:
         rpm=given.rpm if given.rpm is not None else base.rpm,
         tpm=given.tpm if given.tpm is not None else base.tpm,
         tpd=given.tpd if given.tpd is not None else base.tpd,
+        concurrency=given.concurrency if given.concurrency is not None else base.concurrency,
     )
 
 
@@ -410,6 +411,14 @@ class _Entry:
     counts: dict[str, int] = attrs.field(
         factory=lambda: {"uses": 0, "ok": 0, "rate_limited": 0, "auth_failed": 0, "quota": 0, "errors": 0}
     )
+
+    @property
+    def cap(self) -> float:
+        """Calls this process may have in flight with the key: ``max_concurrency``, and no more than the
+        fleet's ``budget.concurrency`` (a call over it would only wait for a fleet slot, holding the key)."""
+        budget = self.credential.budget
+        caps = [self.credential.max_concurrency, budget.concurrency if budget is not None else None]
+        return min((c for c in caps if c is not None), default=math.inf)
 
     def effective(self, now: float) -> str:
         if self.state in (_COOLING, _PARKED) and self.until is not None and self.until <= now:
@@ -495,8 +504,10 @@ class CredentialPool:
         """A pool from provider specs such as ``"env:ANTHROPIC_API_KEY"`` (``scheme:argument``).
 
         A spec may end in a budget for every key it yields:
-        ``env:OPENAI_API_KEY?rpm=500&tpm=200000`` (fields rpm, tpm, tpd; see
-        ``workhive.budgets``); bad values are a ``ConfigError`` naming the field.
+        ``env:OPENAI_API_KEY?rpm=500&tpm=200000&concurrency=8`` (fields rpm, tpm,
+        tpd, concurrency: calls in flight per key across the fleet; see
+        ``workhive.budgets``); bad values are a ``ConfigError`` naming the field
+        and the credential, never its secret.
 
         The scheme picks the ``workhive_credentials`` plugin; its factory gets
         the rest. Credentials with the same name from two specs are taken once.
@@ -646,19 +657,14 @@ class CredentialPool:
         while True:
             await self.refresh(force=False)
             now = self._clock()
-            ready = [
-                e
-                for e in self._entries.values()
-                if e.effective(now) == _AVAILABLE
-                and (e.credential.max_concurrency is None or e.in_flight < e.credential.max_concurrency)
-            ]
+            ready = [e for e in self._entries.values() if e.effective(now) == _AVAILABLE and e.in_flight < e.cap]
             if ready:
                 ready.sort(key=lambda e: (e.last_used, e.order))
                 entry = ready[0]
                 if choose is not None:
                     async with self._choosing:
                         # Another worker may have taken a slot while this one waited for the lock.
-                        ready = [e for e in ready if e.in_flight < (e.credential.max_concurrency or math.inf)]
+                        ready = [e for e in ready if e.in_flight < e.cap]
                         if not ready:
                             continue
                         index, later = await choose([e.credential for e in ready])

@@ -534,3 +534,38 @@ async def test_acquire_waits_while_no_key_has_budget_and_gives_up_at_its_timeout
 
     with pytest.raises(workhive.NoCredentialAvailable):
         await pool.acquire(timeout=10, choose=never)
+
+
+# -- concurrency (calls in flight per key, fleet-wide) ----------------------------------------
+def test_concurrency_parses_as_a_whole_number_beside_the_rates() -> None:
+    assert Budget.parse({"concurrency": "8", "rpm": "60"}, credential="K") == Budget(rpm=60, concurrency=8)
+    assert Budget.parse({"concurrency": 3}, credential="K").empty, "a concurrency limit is not a rate"
+
+
+@pytest.mark.parametrize("bad", [0, "0", -1, "-2", "1.5", 2.0, "eight", "", True, None.__class__])
+def test_a_bad_concurrency_is_a_config_error_naming_the_credential_never_its_secret(bad: object) -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    with pytest.raises(ConfigError) as info:
+        Budget.parse({"concurrency": bad}, credential="OPENAI_API_KEY_2")
+    assert "'OPENAI_API_KEY_2'" in str(info.value) and "concurrency=" in str(info.value)
+    assert info.value.field == "concurrency"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"credential 'A': budget concurrency='0' must be a whole number >= 1"):
+        CredentialPool.from_specs(["list:A?rpm=60&concurrency=0"], manager=manager)
+    with pytest.raises(InvalidArgument):
+        Budget(concurrency=0)
+
+
+def test_a_spec_concurrency_caps_each_process_too() -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    pool = CredentialPool.from_specs(["list:A?concurrency=2"], manager=manager)
+    (a,) = pool.credentials()
+    assert a.budget == Budget(concurrency=2)
+    import asyncio
+
+    async def take_three() -> None:
+        await pool.acquire(timeout=0)
+        await pool.acquire(timeout=0)
+        with pytest.raises(workhive.errors.NoCredentialAvailable):  # a third would only wait for a fleet slot
+            await pool.acquire(timeout=0)
+
+    asyncio.run(take_three())
