@@ -374,7 +374,7 @@ class _KeyState:
     budget: Budget
     rate: KeyRate | None
     grown: float = 0.0  # seconds of growth credited to the rate since it was set (only while the budget paced calls)
-    ticked: float = -math.inf  # when growth was last credited
+    ticked: float = -math.inf  # growth is credited up to here: when the last call that succeeded went
     shared_at: float = -math.inf  # when this process last shared how far its ramp got
     outcomes: collections.deque[tuple[float, bool]] = attrs.field(factory=collections.deque)
 
@@ -581,12 +581,20 @@ class FleetBudgets:
             return
         now = self._clock()
         state.outcome(now, ok=True)
+        # Growth is credited up to when this call went, not up to now: the answer is evidence that the
+        # key took the rate of that moment, and nothing later. On a busy machine answers come back late
+        # (a stalled event loop, a slow response); crediting the time they took let the rate run ahead
+        # of what any call had shown, so the first 429 came back to a rate far over the limit
+        # (measured: a ramp at twice the limit when the machine was loaded).
+        went = reservation.at + reservation.wait if reservation.at > 0 else now
+        if went <= state.ticked:
+            return  # went before the last credit (or before the last decrease): shows nothing new
         if reservation.wait > 0 and state.ticked != -math.inf:
             # Grow only while the budget sets the pace: a rate the workload never used is not evidence
             # the key can take it (TCP's congestion window validation, in spirit).
             # (a process sees only its share of the key's calls: a gap of a few intervals is no idle spell)
-            state.grown += min(now - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
-        state.ticked = now
+            state.grown += min(went - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
+        state.ticked = went
         if rate.ramping and now - state.shared_at >= REFRESH_SECONDS:
             # The fleet ramps as fast as its fastest process earned: a process that started later
             # (or waited less) would otherwise pace the key's shared schedule at its lower rate.

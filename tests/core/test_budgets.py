@@ -340,7 +340,9 @@ async def _paced_success(budgets: FleetBudgets, credential: Credential, clock: F
     clock.advance(seconds)
     reservation, _ = await budgets.reserve([credential], tokens=0, max_wait=math.inf)
     assert reservation is not None
-    object.__setattr__(reservation, "wait", max(reservation.wait, 0.01))  # the budget set its pace
+    # The budget set its pace (it waited), and the call went now: growth is credited up to when it went.
+    object.__setattr__(reservation, "wait", 0.01)
+    object.__setattr__(reservation, "at", clock() - 0.01)
     await budgets.succeeded(reservation)
 
 
@@ -359,6 +361,29 @@ async def test_the_rate_grows_only_while_calls_wait_for_budget(store: DictBudget
     await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "ramping: doubles per doubling time"
     clock.advance(1000)  # idle: no growth for time in which the budget set no pace
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
+
+
+@pytest.mark.asyncio
+async def test_a_late_answer_grows_the_rate_only_up_to_when_its_call_went(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """A loaded machine hears answers late: the rate must not run ahead of what the calls showed."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    clock.advance(RAMP_DOUBLING_SECONDS)
+    slow, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert slow is not None
+    object.__setattr__(slow, "wait", 0.01)
+    object.__setattr__(slow, "at", clock() - 0.01)  # it went now ...
+    clock.advance(0.9)  # ... and its answer is heard 0.9 s later (a stalled event loop, a slow response)
+    await budgets.succeeded(slow)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "one doubling time of evidence, not 1.9"
+    earlier, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert earlier is not None
+    object.__setattr__(earlier, "at", slow.at - 0.5)  # answered after it, but it went before: nothing new
+    await budgets.succeeded(earlier)
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
 
 
