@@ -7,6 +7,7 @@ suite in their own tests), the learned rates live in a dict-backed shared area.
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Sequence
 
@@ -594,3 +595,71 @@ def test_a_spec_concurrency_caps_each_process_too() -> None:
             await pool.acquire(timeout=0)
 
     asyncio.run(take_three())
+
+
+# -- a provider whose limit moves, on a manual clock ---------------------------------------------
+class _Bucket:
+    """A provider's token bucket holding one second's worth of its limit (as the demo's fake API)."""
+
+    def __init__(self, clock: FakeClock, limit: float) -> None:
+        self.clock, self.limit, self.level, self.at = clock, limit, limit, clock()
+
+    def admit(self) -> bool:
+        now = self.clock()
+        self.level = min(self.limit, self.level + (now - self.at) * self.limit)
+        self.at = now
+        if self.level < 1.0:
+            return False
+        self.level -= 1.0
+        return True
+
+    def set_limit(self, limit: float) -> None:
+        now = self.clock()  # refill at the old limit up to now, then the new one holds
+        self.level, self.at = min(self.limit, self.level + (now - self.at) * self.limit), now
+        self.limit, self.level = limit, min(self.level, limit)
+
+
+async def _fleet_against(bucket: _Bucket, schedule: dict[float, float], seconds: float, clock: FakeClock, shared):
+    """Calls paced by a learning budget, back to back (a deep queue), answered at once; a 429 cools the
+    key for its 1 s Retry-After. Returns (second, successes, 429s) per second of the run."""
+    a = key("A")
+    budgets = FleetBudgets(DictBudgets(clock), shared, [a], learn=True, clock=clock)
+    start, per_second = clock(), collections.defaultdict(lambda: [0, 0])
+    pending = sorted(schedule.items())
+    while (elapsed := clock() - start) < seconds:
+        if pending and elapsed >= pending[0][0]:
+            bucket.set_limit(pending.pop(0)[1])
+        reservation, wait = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+        clock.advance(max(wait, 0.0))
+        if reservation is None:
+            continue
+        if bucket.admit():
+            per_second[int(clock() - start)][0] += 1
+            await budgets.succeeded(reservation)
+        else:
+            per_second[int(clock() - start)][1] += 1
+            await budgets.rate_limited(reservation, retry_after=1.0)
+            clock.advance(1.0)
+    return [(t, *per_second[t]) for t in range(int(seconds))]
+
+
+def _settled_after(counts: list[tuple[int, int, int]], change: int, limit: float) -> int | None:
+    """Seconds from ``change`` until three seconds of successes are within 10% of ``limit`` per second."""
+    for t in range(change, len(counts) - 2):
+        ok = sum(c[1] for c in counts[t : t + 3]) / 3
+        calls = sum(c[1] + c[2] for c in counts[t : t + 3]) / 3
+        if ok >= 0.9 * limit and calls <= 1.1 * limit:
+            return t - change
+    return None
+
+
+@pytest.mark.asyncio
+async def test_a_learned_rate_follows_a_limit_that_halves_and_doubles_back_within_30_s(
+    clock: FakeClock, shared
+) -> None:
+    counts = await _fleet_against(_Bucket(clock, 20.0), {20.0: 10.0, 40.0: 20.0}, 75.0, clock, shared)
+    halved, doubled = _settled_after(counts, 20, 10.0), _settled_after(counts, 40, 20.0)
+    assert halved is not None and halved <= 30, counts[20:50]
+    assert doubled is not None and doubled <= 30, counts[40:]
+    limited = sum(c[2] for c in counts[5:])  # after the ramp's end
+    assert limited <= 0.03 * sum(c[1] + c[2] for c in counts[5:]), counts
