@@ -212,3 +212,42 @@ def test_a_holder_sigkilled_mid_call_gives_its_slots_back(tmp_path: Path) -> Non
         if child.poll() is None:
             os.kill(child.pid, signal.SIGKILL)
             child.wait(timeout=60)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_cancelled_while_it_waits_for_its_reserved_time_gives_the_slot_and_the_key_back(
+    item: WorkItem,
+) -> None:
+    from workhive.budgets import FleetBudgets
+
+    credential = Credential("KEY_A", SECRET, budget=Budget(rpm=60, concurrency=2))
+    pool = CredentialPool([credential])
+    sleeping = asyncio.Event()
+
+    async def sleep_until_cancelled(seconds: float) -> None:
+        sleeping.set()
+        await asyncio.Event().wait()
+
+    async with workhive.open("memory://") as hive:
+        keys = Keys(
+            pool,
+            FleetBudgets(hive.storage, None, [credential]),  # type: ignore[arg-type]
+            handler=Handler(spec="tests:handle", function=handle, is_async=False),
+            options=FleetOptions(pool="jobs", handler="tests:handle"),
+            emit=ev.ListSink(),
+            sleep=sleep_until_cancelled,
+            stopping=lambda: False,
+        )
+        store = f"memory://slots-{os.getpid()}-d"
+        keys.slots = KeySlots(MemoryLocks(store), [credential])
+        first = await keys.take(item)  # goes at once: the second waits a minute's sixtieth for its slot
+        second = asyncio.create_task(keys.take(item))
+        await asyncio.wait_for(sleeping.wait(), 60)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert [s.in_flight for s in pool.snapshot()] == [1], "the waiting worker's key went back"
+        probe = KeySlots(MemoryLocks(store), [credential], wait_slice=3600.0)
+        assert await probe._try(credential, 1 - first.slot.index, timeout=0) is not None, "and its slot"  # type: ignore[union-attr]
+        async with first:
+            pass

@@ -179,14 +179,18 @@ class Keys:
             if wait <= 0:
                 return KeyUse(self, credential, reservation, slot)
             self.emit(ev.BUDGET_WAIT, round(wait, 4), credential.name)
-            with tracing.budget_wait(credential.name, wait):
-                await self._sleep(wait)
+            try:
+                with tracing.budget_wait(credential.name, wait):
+                    await self._sleep(wait)
+            except BaseException:  # cancelled while waiting: the key and its slot go back
+                await self._give_back_slot(slot, credential.name)
+                credentials.release(credential)
+                raise
             if self._stopping() or (credentials.usable(credential) and not budgets.superseded(reservation)):
                 return KeyUse(self, credential, reservation, slot)
             # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
             # spaced for a rate the provider just refused. Choose again rather than call into it.
-            if self.slots is not None:
-                await self.slots.give_back(slot)
+            await self._give_back_slot(slot, credential.name)
             credentials.release(credential)
 
     def token_estimate(self, item: WorkItem) -> float:
@@ -207,16 +211,20 @@ class Keys:
 
     async def give_back(self, key: KeyUse) -> None:
         """Free ``key``'s credential for the next call, then correct its budget by the tokens reported."""
-        if key.slot is not None and self.slots is not None:
-            slot, key.slot = key.slot, None
-            try:
-                await self.slots.give_back(slot)
-            except WorkhiveError as exc:  # the provider frees it when this process ends; never lose the item
-                log.warning("giving back an in-flight slot of %s failed: %s", key.name, exc)
+        slot, key.slot = key.slot, None
+        await self._give_back_slot(slot, key.name)
         if key.credential is not None and self.credentials is not None:
             self.credentials.release(key.credential)
         if key.reservation is not None and key.usage is not None and self.budgets is not None:
             await self.budget_feedback(self.budgets.report_usage(key.reservation, key.usage))
+
+    async def _give_back_slot(self, slot: KeySlot | None, name: str) -> None:
+        if slot is None or self.slots is None:
+            return
+        try:
+            await self.slots.give_back(slot)
+        except WorkhiveError as exc:  # the provider frees it when this process ends; never lose the item
+            log.warning("giving back an in-flight slot of %s failed: %s", name, exc)
 
     async def report_credential(
         self, credential: Credential, outcome: Outcome, *, retry_after: float | None, reason: str | None
