@@ -251,3 +251,42 @@ async def test_a_worker_cancelled_while_it_waits_for_its_reserved_time_gives_the
         assert await probe._try(credential, 1 - first.slot.index, timeout=0) is not None, "and its slot"  # type: ignore[union-attr]
         async with first:
             pass
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "redis"])
+def test_every_engines_lock_provider_keeps_the_limit_between_two_hives(kind: str, tmp_path: Path) -> None:
+    """The slots are the locks a fleet on that engine uses (sqlite: flock on one machine), two hives
+    on one store standing for two processes."""
+    from workhive.testing.services import isolated_store
+
+    async def run(url: str) -> tuple[int, int]:
+        locks = f"fcntl:///{tmp_path / 'locks'}" if kind == "sqlite" else None
+        in_flight, peak, done = 0, 0, 0
+        full, go = asyncio.Event(), asyncio.Event()
+        async with workhive.open(url, locks=locks) as one, workhive.open(url, locks=locks) as two:
+            fleet = [KeySlots(hive.locks(), [capped(2)], wait_slice=0.2) for hive in (one, two)]
+
+            async def call(slots: KeySlots) -> None:
+                nonlocal in_flight, peak, done
+                slot = await slots.take(capped(2))
+                in_flight += 1
+                peak = max(peak, in_flight)
+                if in_flight == 2:
+                    full.set()
+                await go.wait()
+                in_flight -= 1
+                done += 1
+                await slots.give_back(slot)
+
+            tasks = [asyncio.create_task(call(fleet[i % 2])) for i in range(6)]
+            await asyncio.wait_for(full.wait(), 60)
+            for index in (0, 1):  # both slots are fleet-wide locks, held: the other four wait
+                with pytest.raises(LockTimeout):
+                    await one.locks().acquire(slot_lock_name(capped(2), index), ttl=None, timeout=0, worker_id=None)
+            assert in_flight == 2
+            go.set()
+            await asyncio.wait_for(asyncio.gather(*tasks), 120)
+        return peak, done
+
+    with isolated_store(kind, tmp_path) as url:
+        assert asyncio.run(run(url)) == (2, 6)
