@@ -700,6 +700,10 @@ class CredentialPool:
                 wait = self.refresh_interval if wait is None else min(wait, max(self.refresh_interval, 0.01))
             await self._wait(wait)
 
+    def now(self) -> float:
+        """The pool's clock (cooldowns and ``report(sent_at=)`` are on it)."""
+        return self._clock()
+
     def usable(self, credential: Credential) -> bool:
         """Whether ``credential`` may be called now, as this process knows: not cooling, parked or disabled.
 
@@ -781,6 +785,7 @@ class CredentialPool:
         retry_after: float | None = None,
         reset_at: float | None = None,
         reason: str | None = None,
+        sent_at: float | None = None,
     ) -> None:
         """Record what a call with ``credential`` came to, and share the consequence with the fleet.
 
@@ -789,12 +794,21 @@ class CredentialPool:
         429; AUTH_FAILED disables it; QUOTA_EXHAUSTED parks it until
         ``reset_at`` (else ``retry_after`` from now, else ``default_quota_park``);
         OK clears the failure streak; ERROR is counted (usually not the key's fault).
+
+        ``sent_at`` (the pool's clock, ``now()``): when the call went. A 429's
+        ``retry_after`` counts from then, not from when the answer was heard: a
+        loaded machine hears answers late, and every late 429 of a burst pushed
+        the cooldown on by its lateness (and past it a 429 changes nothing).
         """
         entry = self._entry(credential)
         outcome = Outcome(outcome)
         if retry_after is not None:
             if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not retry_after >= 0:
                 raise InvalidArgument(f"retry_after must be a number >= 0, got {retry_after!r}", value=retry_after)
+        if sent_at is not None and (
+            isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)) or not math.isfinite(sent_at)
+        ):
+            raise InvalidArgument(f"sent_at must be a time on the pool's clock, got {sent_at!r}", value=sent_at)
         if reset_at is not None and (not isinstance(reset_at, (int, float)) or math.isnan(reset_at)):
             raise InvalidArgument(f"reset_at must be seconds since the epoch, got {reset_at!r}", value=reset_at)
         reason = _redact(reason, credential.secret)
@@ -816,8 +830,12 @@ class CredentialPool:
                 seconds = min(float(retry_after), self.max_cooldown)
             else:
                 seconds = min(self.default_cooldown * 2.0 ** min(entry.streak - 1, 30), self.max_cooldown)
-            self._block(entry, _COOLING, now + seconds, reason or "rate limited (429)")
-            log.info("credential %s rate-limited; cooling for %.1fs", name, seconds)
+            since = now if sent_at is None else min(now, float(sent_at))
+            if since + seconds <= now:
+                log.debug("credential %s: a 429 heard after its Retry-After ran out; no cooldown", name)
+                return
+            self._block(entry, _COOLING, since + seconds, reason or "rate limited (429)")
+            log.info("credential %s rate-limited; cooling for %.1fs", name, since + seconds - now)
         elif outcome is Outcome.QUOTA_EXHAUSTED:
             entry.counts["quota"] += 1
             if reset_at is not None and reset_at > now:

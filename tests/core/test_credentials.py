@@ -547,3 +547,23 @@ def test_from_specs() -> None:
         CredentialPool.from_specs(["env:KEY"], manager=manager)
     with pytest.raises(CredentialError, match="no credentials found"):
         CredentialPool.from_specs([], manager=manager)
+
+
+@pytest.mark.asyncio
+async def test_a_429s_retry_after_counts_from_when_the_call_went_not_from_when_it_was_heard() -> None:
+    """On a loaded machine answers are heard late; each late 429 of a burst pushed the cooldown on."""
+    clock = FakeClock()
+    pool = make_pool(clock, "A")
+    (a,) = pool.credentials()
+    went = pool.now()
+    clock.advance(0.4)  # the 429 is heard 0.4 s after the call went
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went)
+    assert pool.snapshot()[0].until == pytest.approx(went + 1.0)
+    clock.advance(0.7)  # the cooldown is over; a 429 of a call that went long ago is heard now
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went - 0.5)
+    (state,) = pool.snapshot()
+    assert state.state == "available" and state.counts["rate_limited"] == 2, "counted, but nothing left to wait"
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0)  # no sent_at: from now, as before
+    assert pool.snapshot()[0].until == pytest.approx(clock.now + 1.0)
+    with pytest.raises(InvalidArgument):
+        await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=float("nan"))

@@ -112,3 +112,15 @@ async def test_without_keys_an_item_runs_keyless_and_a_rate_limit_is_still_an_ev
         await key.report(Outcome.RATE_LIMITED, retry_after=5.0)
         await key.report(Outcome.OK)
     assert sink.events == [[ev.RATE_LIMITED, "-"]]
+
+
+@pytest.mark.asyncio
+async def test_a_429_heard_late_cools_the_key_from_when_the_call_went(item: WorkItem) -> None:
+    now = [1000.0]
+    pool = CredentialPool([Credential("KEY_A", "sk-keys-test-secret")], clock=lambda: now[0])
+    keys, _ = make_keys(pool)
+    async with await keys.take(item) as key:
+        now[0] += 0.4  # the answer is heard 0.4 s after the call went (a loaded machine)
+        await key.report(Outcome.RATE_LIMITED, retry_after=1.0)
+    (state,) = pool.snapshot()
+    assert state.state == "cooling" and state.until == pytest.approx(1001.0)

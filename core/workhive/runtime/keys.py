@@ -61,6 +61,8 @@ class KeyUse:
         self.reservation = reservation
         self.slot = slot  # the key's fleet-wide in-flight slot (``concurrency=``), held until given back
         self.usage: float | None = None
+        # When the call went (handed out now, called at once): a 429's Retry-After counts from here.
+        self.went = keys.credentials.now() if keys.credentials is not None and credential is not None else None
 
     @property
     def name(self) -> str:
@@ -82,7 +84,9 @@ class KeyUse:
                 await keys.budget_feedback(keys.budgets.rate_limited(reservation, retry_after))
             keys.emit(ev.RATE_LIMITED, self.name)
         if self.credential is not None:
-            await keys.report_credential(self.credential, outcome, retry_after=retry_after, reason=reason)
+            await keys.report_credential(
+                self.credential, outcome, retry_after=retry_after, reason=reason, sent_at=self.went
+            )
             if outcome is Outcome.AUTH_FAILED:
                 keys.emit(ev.DISABLED, self.name, reason)
         if outcome is Outcome.OK and reservation is not None and keys.budgets is not None:
@@ -227,12 +231,20 @@ class Keys:
             log.warning("giving back an in-flight slot of %s failed: %s", name, exc)
 
     async def report_credential(
-        self, credential: Credential, outcome: Outcome, *, retry_after: float | None, reason: str | None
+        self,
+        credential: Credential,
+        outcome: Outcome,
+        *,
+        retry_after: float | None,
+        reason: str | None,
+        sent_at: float | None = None,
     ) -> None:
         """Report ``outcome`` to the credential pool (cooldowns shared fleet-wide) and count it for the metrics."""
         assert self.credentials is not None  # only keys taken from the pool are reported
         try:
-            await self.credentials.report(credential, outcome, retry_after=retry_after, reason=reason)
+            await self.credentials.report(
+                credential, outcome, retry_after=retry_after, reason=reason, sent_at=sent_at
+            )
         except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
             log.warning("reporting %s for credential %s failed: %s", outcome.name, credential.name, exc)
         if self.counts is not None:
