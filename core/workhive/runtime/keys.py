@@ -3,7 +3,9 @@
 ``Keys`` holds a worker process's ``CredentialPool`` and ``FleetBudgets``;
 ``Keys.take(item)`` returns a ``KeyUse``, entered with ``async with``, that
 gives the key back (and applies the tokens the handler reported to its
-budget) when the block ends. In a fleet without ``--credentials`` it holds
+budget) when the block ends. A key with ``concurrency=N`` is handed out with
+one of its N fleet-wide in-flight slots (``runtime.key_slots``), given back
+with it. In a fleet without ``--credentials`` it holds
 no key and its reports do nothing, so a worker runs every item the same way.
 
 >>> async def call(keys: Keys, item):  # doctest: +SKIP
