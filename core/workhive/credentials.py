@@ -405,6 +405,7 @@ class _Entry:
     state: str = _AVAILABLE
     until: float | None = None
     reason: str | None = None
+    cooled_at: float = -math.inf  # when the last 429 that cooled the key (here or in the fleet) was heard
     last_used: int = -1
     in_flight: int = 0
     streak: int = 0
@@ -590,6 +591,9 @@ class CredentialPool:
         if not isinstance(value, dict) or value.get("fp") != entry.fingerprint:
             return  # another key under this name (replaced), or not ours: ignore
         state, until, reason = value.get("state"), value.get("until"), value.get("reason")
+        cooled_at = value.get("cooled_at")
+        if isinstance(cooled_at, (int, float)) and not isinstance(cooled_at, bool) and cooled_at <= now:
+            entry.cooled_at = max(entry.cooled_at, float(cooled_at))
         if state not in (_COOLING, _PARKED, _DISABLED):
             return
         if until is not None and not isinstance(until, (int, float)):
@@ -608,6 +612,8 @@ class CredentialPool:
         if self._shared is None:
             return
         value = {"state": entry.state, "until": entry.until, "reason": entry.reason, "fp": entry.fingerprint}
+        if entry.state == _COOLING and entry.cooled_at > -math.inf:
+            value["cooled_at"] = entry.cooled_at  # the fleet's late 429s of this burst count from their calls
         ttl = self.disable_ttl if entry.until is None else max(entry.until - now, 0.001)
         try:
             await self._shared.put(entry.credential.name, value, ttl=ttl)
@@ -795,10 +801,13 @@ class CredentialPool:
         ``reset_at`` (else ``retry_after`` from now, else ``default_quota_park``);
         OK clears the failure streak; ERROR is counted (usually not the key's fault).
 
-        ``sent_at`` (the pool's clock, ``now()``): when the call went. A 429's
-        ``retry_after`` counts from then, not from when the answer was heard: a
-        loaded machine hears answers late, and every late 429 of a burst pushed
-        the cooldown on by its lateness (and past it a 429 changes nothing).
+        ``sent_at`` (the pool's clock, ``now()``): when the call went. The 429 of
+        a call that went before the key's last cooldown began belongs to the
+        burst that cooldown answers: its ``retry_after`` counts from when its
+        call went, not from when it was heard (a loaded machine hears a burst's
+        429s over a while, and each pushed the cooldown on by its lateness; one
+        heard after its Retry-After ran out changes nothing). Any other 429
+        counts from now, as the provider's clock started when it answered.
         """
         entry = self._entry(credential)
         outcome = Outcome(outcome)
@@ -830,10 +839,14 @@ class CredentialPool:
                 seconds = min(float(retry_after), self.max_cooldown)
             else:
                 seconds = min(self.default_cooldown * 2.0 ** min(entry.streak - 1, 30), self.max_cooldown)
-            since = now if sent_at is None else min(now, float(sent_at))
-            if since + seconds <= now:
-                log.debug("credential %s: a 429 heard after its Retry-After ran out; no cooldown", name)
-                return
+            since = now
+            if sent_at is not None and sent_at <= entry.cooled_at:
+                since = min(now, float(sent_at))  # the same burst as the cooldown's 429, heard late
+                if since + seconds <= now:
+                    log.debug("credential %s: a 429 heard after its Retry-After ran out; no cooldown", name)
+                    return
+            else:
+                entry.cooled_at = now
             self._block(entry, _COOLING, since + seconds, reason or "rate limited (429)")
             log.info("credential %s rate-limited; cooling for %.1fs", name, since + seconds - now)
         elif outcome is Outcome.QUOTA_EXHAUSTED:
