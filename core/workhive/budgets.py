@@ -1,6 +1,8 @@
 """Rate budgets per API key, shared by the whole fleet through the storage backend.
 
-A credential may carry a ``Budget`` (``rpm``, ``tpm``, ``tpd``); before a
+A credential may carry a ``Budget`` (``rpm``, ``tpm``, ``tpd``, and
+``concurrency``: calls in flight at once, fleet-wide, kept by
+``workhive.runtime.key_slots``); before a
 handler's call the worker reserves budget for its key in one atomic storage
 call (``TakesBudget.take_budget``, decided by ``gcra_choose``) and waits the
 time the backend says instead of calling into a 429. Limits not given are
@@ -9,7 +11,7 @@ design and its measurements: ``docs/budgets.md``.
 
 >>> budget = Budget.parse({"rpm": "500", "tpm": "200000"}, credential="OPENAI_API_KEY")
 >>> budget
-Budget(rpm=500.0, tpm=200000.0, tpd=None)
+Budget(rpm=500.0, tpm=200000.0, tpd=None, concurrency=None)
 >>> [t.key for t in budget.takes("OPENAI_API_KEY", tokens=1000, rps=budget.rpm / 60)]
 ['OPENAI_API_KEY:rpm', 'OPENAI_API_KEY:tpm']
 """
@@ -89,7 +91,8 @@ RAMP_SUFFIX = "~ramp"
 #: ... kept this long (seconds): a ramp is worth resuming only soon after
 RAMP_TTL = 60.0
 
-_FIELDS = ("rpm", "tpm", "tpd")
+_RATES = ("rpm", "tpm", "tpd")
+_FIELDS = (*_RATES, "concurrency")
 _SECONDS = {"rpm": 60.0, "tpm": 60.0, "tpd": 86400.0}
 
 
@@ -118,9 +121,31 @@ def _limit(credential: str, field: str, value: object) -> float | None:
     return number
 
 
+def _concurrency(credential: str, value: object) -> int | None:
+    if value is None:
+        return None
+    number: object = value
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ConfigError(
+            f"credential {credential!r}: budget concurrency={value!r} must be a whole number >= 1 "
+            "(calls in flight at once with this key, across the fleet, e.g. concurrency=8)",
+            credential=credential,
+            field="concurrency",
+        )
+    return number
+
+
+def _check_concurrency(instance: object, attribute: object, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidArgument(f"Budget.concurrency must be an integer >= 1 or None, got {value!r}", value=value)
+
+
 @attrs.frozen
 class Budget:
-    """A key's limits: requests per minute, tokens per minute, tokens per day (None: not limited/unknown).
+    """A key's limits: requests per minute, tokens per minute, tokens per day (None: not limited/unknown),
+    and ``concurrency``, the calls the key may have in flight at once across the fleet (None: no limit).
 
     >>> Budget(rpm=60).rps
     1.0
@@ -129,6 +154,7 @@ class Budget:
     rpm: float | None = None
     tpm: float | None = None
     tpd: float | None = None
+    concurrency: int | None = attrs.field(default=None, validator=_check_concurrency)
 
     @classmethod
     def parse(cls, values: Mapping[str, object], *, credential: str) -> Budget:
@@ -147,10 +173,12 @@ class Budget:
                 credential=credential,
                 field=unknown[0],
             )
-        return cls(**{f: _limit(credential, f, values.get(f)) for f in _FIELDS})
+        rates = {f: _limit(credential, f, values.get(f)) for f in _RATES}
+        return cls(**rates, concurrency=_concurrency(credential, values.get("concurrency")))
 
     @property
     def empty(self) -> bool:
+        """Whether no rate is limited (``concurrency`` is not a rate: ``workhive.runtime.key_slots`` keeps it)."""
         return self.rpm is None and self.tpm is None and self.tpd is None
 
     @property
@@ -346,7 +374,7 @@ class _KeyState:
     budget: Budget
     rate: KeyRate | None
     grown: float = 0.0  # seconds of growth credited to the rate since it was set (only while the budget paced calls)
-    ticked: float = -math.inf  # when growth was last credited
+    ticked: float = -math.inf  # growth is credited up to here: when the last call that succeeded went
     shared_at: float = -math.inf  # when this process last shared how far its ramp got
     outcomes: collections.deque[tuple[float, bool]] = attrs.field(factory=collections.deque)
 
@@ -425,6 +453,10 @@ class FleetBudgets:
     def active(self) -> bool:
         """Whether any key has a budget to keep (known limits, or learning)."""
         return any(s.rate is not None or not s.budget.empty for s in self._keys.values())
+
+    def now(self) -> float:
+        """The clock reservations are made on (``Reservation.at``)."""
+        return self._clock()
 
     def budget_of(self, credential: Credential) -> Budget:
         return self._state(credential).budget
@@ -549,12 +581,20 @@ class FleetBudgets:
             return
         now = self._clock()
         state.outcome(now, ok=True)
+        # Growth is credited up to when this call went, not up to now: the answer is evidence that the
+        # key took the rate of that moment, and nothing later. On a busy machine answers come back late
+        # (a stalled event loop, a slow response); crediting the time they took let the rate run ahead
+        # of what any call had shown, so the first 429 came back to a rate far over the limit
+        # (measured: a ramp at twice the limit when the machine was loaded).
+        went = reservation.at + reservation.wait if reservation.at > 0 else now
+        if went <= state.ticked:
+            return  # went before the last credit (or before the last decrease): shows nothing new
         if reservation.wait > 0 and state.ticked != -math.inf:
             # Grow only while the budget sets the pace: a rate the workload never used is not evidence
             # the key can take it (TCP's congestion window validation, in spirit).
             # (a process sees only its share of the key's calls: a gap of a few intervals is no idle spell)
-            state.grown += min(now - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
-        state.ticked = now
+            state.grown += min(went - state.ticked, OUTCOME_WINDOW + 10.0 / (state.rps(now) or 1.0))
+        state.ticked = went
         if rate.ramping and now - state.shared_at >= REFRESH_SECONDS:
             # The fleet ramps as fast as its fastest process earned: a process that started later
             # (or waited less) would otherwise pace the key's shared schedule at its lower rate.

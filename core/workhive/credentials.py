@@ -364,6 +364,7 @@ def _merge_budget(credential: Credential, fields: dict[str, str]) -> Budget:
         rpm=given.rpm if given.rpm is not None else base.rpm,
         tpm=given.tpm if given.tpm is not None else base.tpm,
         tpd=given.tpd if given.tpd is not None else base.tpd,
+        concurrency=given.concurrency if given.concurrency is not None else base.concurrency,
     )
 
 
@@ -404,12 +405,21 @@ class _Entry:
     state: str = _AVAILABLE
     until: float | None = None
     reason: str | None = None
+    cooled_at: float = -math.inf  # when the last 429 that cooled the key (here or in the fleet) was heard
     last_used: int = -1
     in_flight: int = 0
     streak: int = 0
     counts: dict[str, int] = attrs.field(
         factory=lambda: {"uses": 0, "ok": 0, "rate_limited": 0, "auth_failed": 0, "quota": 0, "errors": 0}
     )
+
+    @property
+    def cap(self) -> float:
+        """Calls this process may have in flight with the key: ``max_concurrency``, and no more than the
+        fleet's ``budget.concurrency`` (a call over it would only wait for a fleet slot, holding the key)."""
+        budget = self.credential.budget
+        caps = [self.credential.max_concurrency, budget.concurrency if budget is not None else None]
+        return min((c for c in caps if c is not None), default=math.inf)
 
     def effective(self, now: float) -> str:
         if self.state in (_COOLING, _PARKED) and self.until is not None and self.until <= now:
@@ -495,8 +505,10 @@ class CredentialPool:
         """A pool from provider specs such as ``"env:ANTHROPIC_API_KEY"`` (``scheme:argument``).
 
         A spec may end in a budget for every key it yields:
-        ``env:OPENAI_API_KEY?rpm=500&tpm=200000`` (fields rpm, tpm, tpd; see
-        ``workhive.budgets``); bad values are a ``ConfigError`` naming the field.
+        ``env:OPENAI_API_KEY?rpm=500&tpm=200000&concurrency=8`` (fields rpm, tpm,
+        tpd, concurrency: calls in flight per key across the fleet; see
+        ``workhive.budgets``); bad values are a ``ConfigError`` naming the field
+        and the credential, never its secret.
 
         The scheme picks the ``workhive_credentials`` plugin; its factory gets
         the rest. Credentials with the same name from two specs are taken once.
@@ -579,6 +591,9 @@ class CredentialPool:
         if not isinstance(value, dict) or value.get("fp") != entry.fingerprint:
             return  # another key under this name (replaced), or not ours: ignore
         state, until, reason = value.get("state"), value.get("until"), value.get("reason")
+        cooled_at = value.get("cooled_at")
+        if isinstance(cooled_at, (int, float)) and not isinstance(cooled_at, bool) and cooled_at <= now:
+            entry.cooled_at = max(entry.cooled_at, float(cooled_at))
         if state not in (_COOLING, _PARKED, _DISABLED):
             return
         if until is not None and not isinstance(until, (int, float)):
@@ -597,6 +612,8 @@ class CredentialPool:
         if self._shared is None:
             return
         value = {"state": entry.state, "until": entry.until, "reason": entry.reason, "fp": entry.fingerprint}
+        if entry.state == _COOLING and entry.cooled_at > -math.inf:
+            value["cooled_at"] = entry.cooled_at  # the fleet's late 429s of this burst count from their calls
         ttl = self.disable_ttl if entry.until is None else max(entry.until - now, 0.001)
         try:
             await self._shared.put(entry.credential.name, value, ttl=ttl)
@@ -646,19 +663,14 @@ class CredentialPool:
         while True:
             await self.refresh(force=False)
             now = self._clock()
-            ready = [
-                e
-                for e in self._entries.values()
-                if e.effective(now) == _AVAILABLE
-                and (e.credential.max_concurrency is None or e.in_flight < e.credential.max_concurrency)
-            ]
+            ready = [e for e in self._entries.values() if e.effective(now) == _AVAILABLE and e.in_flight < e.cap]
             if ready:
                 ready.sort(key=lambda e: (e.last_used, e.order))
                 entry = ready[0]
                 if choose is not None:
                     async with self._choosing:
                         # Another worker may have taken a slot while this one waited for the lock.
-                        ready = [e for e in ready if e.in_flight < (e.credential.max_concurrency or math.inf)]
+                        ready = [e for e in ready if e.in_flight < e.cap]
                         if not ready:
                             continue
                         index, later = await choose([e.credential for e in ready])
@@ -693,6 +705,10 @@ class CredentialPool:
             if self._shared is not None:  # another process may free one (or cool more) meanwhile
                 wait = self.refresh_interval if wait is None else min(wait, max(self.refresh_interval, 0.01))
             await self._wait(wait)
+
+    def now(self) -> float:
+        """The pool's clock (cooldowns and ``report(sent_at=)`` are on it)."""
+        return self._clock()
 
     def usable(self, credential: Credential) -> bool:
         """Whether ``credential`` may be called now, as this process knows: not cooling, parked or disabled.
@@ -775,6 +791,7 @@ class CredentialPool:
         retry_after: float | None = None,
         reset_at: float | None = None,
         reason: str | None = None,
+        sent_at: float | None = None,
     ) -> None:
         """Record what a call with ``credential`` came to, and share the consequence with the fleet.
 
@@ -783,12 +800,24 @@ class CredentialPool:
         429; AUTH_FAILED disables it; QUOTA_EXHAUSTED parks it until
         ``reset_at`` (else ``retry_after`` from now, else ``default_quota_park``);
         OK clears the failure streak; ERROR is counted (usually not the key's fault).
+
+        ``sent_at`` (the pool's clock, ``now()``): when the call went. The 429 of
+        a call that went before the key's last cooldown began belongs to the
+        burst that cooldown answers: its ``retry_after`` counts from when its
+        call went, not from when it was heard (a loaded machine hears a burst's
+        429s over a while, and each pushed the cooldown on by its lateness; one
+        heard after its Retry-After ran out changes nothing). Any other 429
+        counts from now, as the provider's clock started when it answered.
         """
         entry = self._entry(credential)
         outcome = Outcome(outcome)
         if retry_after is not None:
             if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)) or not retry_after >= 0:
                 raise InvalidArgument(f"retry_after must be a number >= 0, got {retry_after!r}", value=retry_after)
+        if sent_at is not None and (
+            isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)) or not math.isfinite(sent_at)
+        ):
+            raise InvalidArgument(f"sent_at must be a time on the pool's clock, got {sent_at!r}", value=sent_at)
         if reset_at is not None and (not isinstance(reset_at, (int, float)) or math.isnan(reset_at)):
             raise InvalidArgument(f"reset_at must be seconds since the epoch, got {reset_at!r}", value=reset_at)
         reason = _redact(reason, credential.secret)
@@ -810,8 +839,16 @@ class CredentialPool:
                 seconds = min(float(retry_after), self.max_cooldown)
             else:
                 seconds = min(self.default_cooldown * 2.0 ** min(entry.streak - 1, 30), self.max_cooldown)
-            self._block(entry, _COOLING, now + seconds, reason or "rate limited (429)")
-            log.info("credential %s rate-limited; cooling for %.1fs", name, seconds)
+            since = now
+            if sent_at is not None and sent_at <= entry.cooled_at:
+                since = min(now, float(sent_at))  # the same burst as the cooldown's 429, heard late
+                if since + seconds <= now:
+                    log.debug("credential %s: a 429 heard after its Retry-After ran out; no cooldown", name)
+                    return
+            else:
+                entry.cooled_at = now
+            self._block(entry, _COOLING, since + seconds, reason or "rate limited (429)")
+            log.info("credential %s rate-limited; cooling for %.1fs", name, since + seconds - now)
         elif outcome is Outcome.QUOTA_EXHAUSTED:
             entry.counts["quota"] += 1
             if reset_at is not None and reset_at > now:

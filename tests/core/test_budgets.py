@@ -7,6 +7,9 @@ suite in their own tests), the learned rates live in a dict-backed shared area.
 
 from __future__ import annotations
 
+import collections
+import heapq
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -26,10 +29,11 @@ from workhive.budgets import (
     BudgetTake,
     FleetBudgets,
     KeyRate,
+    Reservation,
     TakesBudget,
     gcra_choose,
 )
-from workhive.credentials import Credential, CredentialPool
+from workhive.credentials import Credential, CredentialPool, Outcome
 from workhive.errors import BudgetUnsatisfiable, ConfigError, InvalidArgument
 from workhive.plugin_manager import PluginManager
 from workhive.runtime.context import HandlerContext
@@ -340,7 +344,9 @@ async def _paced_success(budgets: FleetBudgets, credential: Credential, clock: F
     clock.advance(seconds)
     reservation, _ = await budgets.reserve([credential], tokens=0, max_wait=math.inf)
     assert reservation is not None
-    object.__setattr__(reservation, "wait", max(reservation.wait, 0.01))  # the budget set its pace
+    # The budget set its pace (it waited), and the call went now: growth is credited up to when it went.
+    object.__setattr__(reservation, "wait", 0.01)
+    object.__setattr__(reservation, "at", clock() - 0.01)
     await budgets.succeeded(reservation)
 
 
@@ -359,6 +365,29 @@ async def test_the_rate_grows_only_while_calls_wait_for_budget(store: DictBudget
     await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "ramping: doubles per doubling time"
     clock.advance(1000)  # idle: no growth for time in which the budget set no pace
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
+
+
+@pytest.mark.asyncio
+async def test_a_late_answer_grows_the_rate_only_up_to_when_its_call_went(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """A loaded machine hears answers late: the rate must not run ahead of what the calls showed."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    clock.advance(RAMP_DOUBLING_SECONDS)
+    slow, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert slow is not None
+    object.__setattr__(slow, "wait", 0.01)
+    object.__setattr__(slow, "at", clock() - 0.01)  # it went now ...
+    clock.advance(0.9)  # ... and its answer is heard 0.9 s later (a stalled event loop, a slow response)
+    await budgets.succeeded(slow)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "one doubling time of evidence, not 1.9"
+    earlier, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert earlier is not None
+    object.__setattr__(earlier, "at", slow.at - 0.5)  # answered after it, but it went before: nothing new
+    await budgets.succeeded(earlier)
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
 
 
@@ -534,3 +563,131 @@ async def test_acquire_waits_while_no_key_has_budget_and_gives_up_at_its_timeout
 
     with pytest.raises(workhive.NoCredentialAvailable):
         await pool.acquire(timeout=10, choose=never)
+
+
+# -- concurrency (calls in flight per key, fleet-wide) ----------------------------------------
+def test_concurrency_parses_as_a_whole_number_beside_the_rates() -> None:
+    assert Budget.parse({"concurrency": "8", "rpm": "60"}, credential="K") == Budget(rpm=60, concurrency=8)
+    assert Budget.parse({"concurrency": 3}, credential="K").empty, "a concurrency limit is not a rate"
+
+
+@pytest.mark.parametrize("bad", [0, "0", -1, "-2", "1.5", 2.0, "eight", "", True, None.__class__])
+def test_a_bad_concurrency_is_a_config_error_naming_the_credential_never_its_secret(bad: object) -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    with pytest.raises(ConfigError) as info:
+        Budget.parse({"concurrency": bad}, credential="OPENAI_API_KEY_2")
+    assert "'OPENAI_API_KEY_2'" in str(info.value) and "concurrency=" in str(info.value)
+    assert info.value.field == "concurrency"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"credential 'A': budget concurrency='0' must be a whole number >= 1"):
+        CredentialPool.from_specs(["list:A?rpm=60&concurrency=0"], manager=manager)
+    with pytest.raises(InvalidArgument):
+        Budget(concurrency=0)
+
+
+def test_a_spec_concurrency_caps_each_process_too() -> None:
+    manager = PluginManager(entry_points=False, extra=[("list-plugin", _ListPlugin())])
+    pool = CredentialPool.from_specs(["list:A?concurrency=2"], manager=manager)
+    (a,) = pool.credentials()
+    assert a.budget == Budget(concurrency=2)
+    import asyncio
+
+    async def take_three() -> None:
+        await pool.acquire(timeout=0)
+        await pool.acquire(timeout=0)
+        with pytest.raises(workhive.errors.NoCredentialAvailable):  # a third would only wait for a fleet slot
+            await pool.acquire(timeout=0)
+
+    asyncio.run(take_three())
+
+
+# -- a provider whose limit moves, on a manual clock ---------------------------------------------
+class _Bucket:
+    """A provider's token bucket holding one second's worth of its limit (as the demo's fake API)."""
+
+    def __init__(self, clock: FakeClock, limit: float) -> None:
+        self.clock, self.limit, self.level, self.at = clock, limit, limit, clock()
+
+    def admit(self) -> bool:
+        now = self.clock()
+        self.level = min(self.limit, self.level + (now - self.at) * self.limit)
+        self.at = now
+        if self.level < 1.0:
+            return False
+        self.level -= 1.0
+        return True
+
+    def set_limit(self, limit: float) -> None:
+        now = self.clock()  # refill at the old limit up to now, then the new one holds
+        self.level, self.at = min(self.limit, self.level + (now - self.at) * self.limit), now
+        self.limit, self.level = limit, min(self.level, limit)
+
+
+async def _fleet_against(
+    bucket: _Bucket, schedule: dict[float, float], seconds: float, clock: FakeClock, shared, delay: float = 0.0
+) -> list[tuple[int, int, int]]:
+    """Calls paced by a learning budget, back to back (a deep queue of workers), each answer heard
+    ``delay`` seconds after its call went (a loaded machine hears late); a 429 cools the key for its
+    1 s Retry-After from when its call went, as the credential pool does. Returns (second, successes,
+    429s) for each second of the run."""
+    a = key("A")
+    budgets = FleetBudgets(DictBudgets(clock), shared, [a], learn=True, clock=clock)
+    pool = CredentialPool([a], clock=clock)
+    start, per_second = clock(), collections.defaultdict(lambda: [0, 0])
+    pending = sorted(schedule.items())
+    answers: list[tuple[float, int, Reservation, bool, float]] = []  # (heard at, order, ...): a heap
+    order = itertools.count()
+    while (elapsed := clock() - start) < seconds:
+        if pending and elapsed >= pending[0][0]:
+            bucket.set_limit(pending.pop(0)[1])
+        reservation, wait = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+        goes = clock() + max(wait, 0.0)
+        while answers and answers[0][0] <= goes:  # the answers heard while this worker waits
+            heard, _, answered, ok, went = heapq.heappop(answers)
+            clock.advance(max(0.0, heard - clock()))
+            if ok:
+                await budgets.succeeded(answered)
+            else:
+                await budgets.rate_limited(answered, retry_after=1.0)
+                await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went)
+        clock.advance(max(0.0, goes - clock()))
+        if reservation is None or not pool.usable(a) or budgets.superseded(reservation):
+            continue  # the key cooled or its rate was cut meanwhile: the worker reserves again
+        ok = bucket.admit()
+        per_second[int(clock() - start)][0 if ok else 1] += 1
+        heapq.heappush(answers, (clock() + delay, next(order), reservation, ok, clock()))
+    return [(t, *per_second[t]) for t in range(int(seconds))]
+
+
+def _settled_after(counts: list[tuple[int, int, int]], change: int, limit: float) -> int | None:
+    """Seconds from ``change`` until three seconds of successes are within 10% of ``limit`` per second."""
+    for t in range(change, len(counts) - 2):
+        ok = sum(c[1] for c in counts[t : t + 3]) / 3
+        calls = sum(c[1] + c[2] for c in counts[t : t + 3]) / 3
+        if ok >= 0.9 * limit and calls <= 1.1 * limit:
+            return t - change
+    return None
+
+
+@pytest.mark.asyncio
+async def test_a_learned_rate_follows_a_limit_that_halves_and_doubles_back_within_30_s(
+    clock: FakeClock, shared
+) -> None:
+    counts = await _fleet_against(_Bucket(clock, 20.0), {20.0: 10.0, 40.0: 20.0}, 75.0, clock, shared)
+    halved, doubled = _settled_after(counts, 20, 10.0), _settled_after(counts, 40, 20.0)
+    assert halved is not None and halved <= 30, counts[20:50]
+    assert doubled is not None and doubled <= 30, counts[40:]
+    limited = sum(c[2] for c in counts[5:])  # after the ramp's end
+    assert limited <= 0.03 * sum(c[1] + c[2] for c in counts[5:]), counts
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("delay", "at_least", "at_most_429s"), [(0.05, 0.92, 0.02), (0.5, 0.90, 0.08)])
+async def test_answers_heard_late_cost_a_learned_rate_little(
+    clock: FakeClock, shared, delay: float, at_least: float, at_most_429s: float
+) -> None:
+    """What a loaded machine did: answers heard 0.5 s after their calls went. Growth credited up to when
+    the answer was heard and cooldowns counted from then held the key to 85% (measured here)."""
+    counts = await _fleet_against(_Bucket(clock, 20.0), {}, 30.0, clock, shared, delay=delay)
+    ok, limited = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    assert ok >= at_least * 20.0 * 31.0, counts
+    assert limited <= at_most_429s * (ok + limited), counts

@@ -547,3 +547,27 @@ def test_from_specs() -> None:
         CredentialPool.from_specs(["env:KEY"], manager=manager)
     with pytest.raises(CredentialError, match="no credentials found"):
         CredentialPool.from_specs([], manager=manager)
+
+
+@pytest.mark.asyncio
+async def test_the_late_429s_of_a_burst_count_from_when_their_calls_went_and_never_stretch_its_cooldown() -> None:
+    """On a loaded machine a burst's 429s are heard over a while; each pushed the cooldown on."""
+    clock = FakeClock()
+    pool = make_pool(clock, "A")
+    (a,) = pool.credentials()
+    went = pool.now()
+    clock.advance(0.4)  # the first 429 is heard 0.4 s after its call went: from now, as the provider answered
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went)
+    first_until = clock.now + 1.0
+    assert pool.snapshot()[0].until == pytest.approx(first_until)
+    clock.advance(0.3)  # a call of the same burst (it went before that cooldown began) is heard now
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went + 0.1)
+    assert pool.snapshot()[0].until == pytest.approx(first_until), "not stretched by its lateness"
+    clock.advance(0.8)  # the cooldown is over; one more of that burst is heard
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=went + 0.2)
+    (state,) = pool.snapshot()
+    assert state.state == "available" and state.counts["rate_limited"] == 3, "counted, but nothing left to wait"
+    await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=clock.now - 0.1)  # went after: a new burst
+    assert pool.snapshot()[0].until == pytest.approx(clock.now + 1.0)
+    with pytest.raises(InvalidArgument):
+        await pool.report(a, Outcome.RATE_LIMITED, retry_after=1.0, sent_at=float("nan"))

@@ -112,3 +112,19 @@ async def test_without_keys_an_item_runs_keyless_and_a_rate_limit_is_still_an_ev
         await key.report(Outcome.RATE_LIMITED, retry_after=5.0)
         await key.report(Outcome.OK)
     assert sink.events == [[ev.RATE_LIMITED, "-"]]
+
+
+@pytest.mark.asyncio
+async def test_a_late_429_of_a_burst_does_not_stretch_the_cooldown_its_first_429_began(item: WorkItem) -> None:
+    now = [1000.0]
+    pool = CredentialPool([Credential("KEY_A", "sk-keys-test-secret")], clock=lambda: now[0])
+    keys, _ = make_keys(pool)
+    early, late = await keys.take(item), await keys.take(item)  # both calls go at 1000.0
+    async with early:
+        now[0] += 0.2
+        await early.report(Outcome.RATE_LIMITED, retry_after=1.0)  # cools until 1001.2
+    async with late:
+        now[0] += 0.5  # heard 0.7 s after its call went (a loaded machine)
+        await late.report(Outcome.RATE_LIMITED, retry_after=1.0)
+    (state,) = pool.snapshot()
+    assert state.state == "cooling" and state.until == pytest.approx(1001.2)

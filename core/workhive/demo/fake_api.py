@@ -8,7 +8,10 @@ minute with ``window=60``), refilled continuously: a token bucket holding
 answers 429 with ``Retry-After`` (whole seconds until a call is allowed
 again, as most APIs send it) and an OpenAI-style error body. Revoked
 keys and unknown keys answer 401. ``GET /v1/stats`` returns per-key request
-counts (by key *label*, never the key itself).
+counts (by key *label*, never the key itself), with the most calls a key
+had in flight at once (``max_in_flight``: a bench checks a concurrency
+limit with it). ``set_rate`` changes the limit while it runs (a provider
+that halves a key's limit, then doubles it).
 
 >>> with FakeLLMApi({"sk-a": "key-1"}, revoked={"sk-b": "key-3"}) as api:  # doctest: +SKIP
 ...     print(api.url)  # http://127.0.0.1:54321
@@ -38,6 +41,8 @@ class KeyStats:
     ok: int = 0
     rate_limited: int = 0
     unauthorized: int = 0
+    in_flight: int = 0  # admitted calls not answered yet
+    max_in_flight: int = 0
 
 
 def summarise_text(text: str, max_words: int = 12) -> str:
@@ -82,7 +87,7 @@ class FakeLLMApi:
     ) -> None:
         self.keys = dict(keys)
         self.revoked = dict(revoked or {})
-        self.rate = rate
+        self.rate: float = rate
         self.window = window
         self.latency = latency
         self.stats: dict[str, KeyStats] = {label: KeyStats() for label in (*self.keys.values(), *self.revoked.values())}
@@ -117,6 +122,19 @@ class FakeLLMApi:
     ) -> None:
         self.stop()
 
+    def set_rate(self, rate: float) -> None:
+        """Allow ``rate`` calls per ``window`` from now on, every key (the buckets keep their level, capped).
+
+        >>> api.set_rate(api.rate / 2)  # doctest: +SKIP
+        """
+        with self._lock:
+            now = time.monotonic()
+            for bucket in self._buckets.values():  # refill at the old rate up to now, then the new one applies
+                bucket.level = min(float(self.rate), bucket.level + (now - bucket.updated) * self.rate / self.window)
+                bucket.level = min(bucket.level, float(rate))
+                bucket.updated = now
+            self.rate = rate
+
     def stats_json(self) -> dict[str, dict[str, int]]:
         with self._lock:
             return {label: attrs.asdict(s) for label, s in sorted(self.stats.items())}
@@ -147,7 +165,13 @@ class FakeLLMApi:
                 return 429, headers, _error("rate_limit_error", message)
             bucket.level -= 1.0
             stats.ok += 1
+            stats.in_flight += 1
+            stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
             return 200, {}, {}
+
+    def _answered(self, key: str) -> None:
+        with self._lock:
+            self.stats[self.keys[key]].in_flight -= 1
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -186,6 +210,12 @@ class FakeLLMApi:
                 if status != 200:
                     self._send(status, error, headers)
                     return
+                try:
+                    self._answer(raw)
+                finally:
+                    api._answered(key)
+
+            def _answer(self, raw: bytes) -> None:
                 try:
                     text = json.loads(raw)["text"]
                     if not isinstance(text, str):

@@ -3,7 +3,9 @@
 ``Keys`` holds a worker process's ``CredentialPool`` and ``FleetBudgets``;
 ``Keys.take(item)`` returns a ``KeyUse``, entered with ``async with``, that
 gives the key back (and applies the tokens the handler reported to its
-budget) when the block ends. In a fleet without ``--credentials`` it holds
+budget) when the block ends. A key with ``concurrency=N`` is handed out with
+one of its N fleet-wide in-flight slots (``runtime.key_slots``), given back
+with it. In a fleet without ``--credentials`` it holds
 no key and its reports do nothing, so a worker runs every item the same way.
 
 >>> async def call(keys: Keys, item):  # doctest: +SKIP
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from workhive.budgets import FleetBudgets, Reservation
     from workhive.credentials import Credential, CredentialPool
     from workhive.runtime.counts import SharedCounts
+    from workhive.runtime.key_slots import KeySlot, KeySlots
 
 __all__ = ["KeyUse", "Keys", "Outcome"]
 
@@ -48,11 +51,20 @@ class KeyUse:
     the block ends; they correct the key's budget as it is given back.
     """
 
-    def __init__(self, keys: Keys, credential: Credential | None = None, reservation: Reservation | None = None):
+    def __init__(
+        self,
+        keys: Keys,
+        credential: Credential | None = None,
+        reservation: Reservation | None = None,
+        slot: KeySlot | None = None,
+    ):
         self._keys = keys
         self.credential = credential
         self.reservation = reservation
+        self.slot = slot  # the key's fleet-wide in-flight slot (``concurrency=``), held until given back
         self.usage: float | None = None
+        # When the call went (handed out now, called at once): a 429's Retry-After counts from here.
+        self.went = keys.credentials.now() if keys.credentials is not None and credential is not None else None
 
     @property
     def name(self) -> str:
@@ -74,7 +86,9 @@ class KeyUse:
                 await keys.budget_feedback(keys.budgets.rate_limited(reservation, retry_after))
             keys.emit(ev.RATE_LIMITED, self.name)
         if self.credential is not None:
-            await keys.report_credential(self.credential, outcome, retry_after=retry_after, reason=reason)
+            await keys.report_credential(
+                self.credential, outcome, retry_after=retry_after, reason=reason, sent_at=self.went
+            )
             if outcome is Outcome.AUTH_FAILED:
                 keys.emit(ev.DISABLED, self.name, reason)
         if outcome is Outcome.OK and reservation is not None and keys.budgets is not None:
@@ -113,6 +127,7 @@ class Keys:
         self._stopping = stopping
         self._metrics = metrics  # workhive.metrics with --metrics-port, else None
         self.counts: SharedCounts | None = None  # the process's counts for the dashboard (runtime.counts)
+        self.slots: KeySlots | None = None  # keys' fleet-wide in-flight caps (runtime.key_slots), if any
         self.no_key = KeyUse(self)  # what outcomes are reported to when an item ran without a key
         # Waiting for budget is part of acquiring a key: let it take as long as the budget wait.
         self.timeout = max(ACQUIRE_TIMEOUT, options.budget_wait) if budgets is not None else ACQUIRE_TIMEOUT
@@ -133,8 +148,19 @@ class Keys:
         if self.credentials is None:
             return KeyUse(self)
         if self.budgets is None:
-            return KeyUse(self, await self.credentials.acquire(timeout=self.timeout))
+            credential = await self.credentials.acquire(timeout=self.timeout)
+            return KeyUse(self, credential, None, await self._slot(self.credentials, credential))
         return await self._take_budgeted(self.credentials, self.budgets, item)
+
+    async def _slot(self, credentials: CredentialPool, credential: Credential) -> KeySlot | None:
+        """A fleet-wide in-flight slot of ``credential`` (None: no limit); the key goes back if that fails."""
+        if self.slots is None:
+            return None
+        try:
+            return await self.slots.take(credential)
+        except BaseException:
+            credentials.release(credential)
+            raise
 
     async def _take_budgeted(self, credentials: CredentialPool, budgets: FleetBudgets, item: WorkItem) -> KeyUse:
         # Waits (bounded by --budget-wait) for the reservation's time rather than calling into a 429.
@@ -152,15 +178,25 @@ class Keys:
         while True:
             credential = await credentials.acquire(timeout=self.timeout, choose=choose)
             assert reservation is not None  # acquire returns only the key that choose picked
-            if reservation.wait <= 0:
-                return KeyUse(self, credential, reservation)
-            self.emit(ev.BUDGET_WAIT, round(reservation.wait, 4), credential.name)
-            with tracing.budget_wait(credential.name, reservation.wait):
-                await self._sleep(reservation.wait)
+            # The in-flight slot after the reservation (the key is chosen by its budget) and before
+            # the reservation's time: a wait for a slot delays the call, never brings it forward.
+            slot = await self._slot(credentials, credential)
+            wait = reservation.wait if slot is None else reservation.at + reservation.wait - budgets.now()
+            if wait <= 0:
+                return KeyUse(self, credential, reservation, slot)
+            self.emit(ev.BUDGET_WAIT, round(wait, 4), credential.name)
+            try:
+                with tracing.budget_wait(credential.name, wait):
+                    await self._sleep(wait)
+            except BaseException:  # cancelled while waiting: the key and its slot go back
+                await self._give_back_slot(slot, credential.name)
+                credentials.release(credential)
+                raise
             if self._stopping() or (credentials.usable(credential) and not budgets.superseded(reservation)):
-                return KeyUse(self, credential, reservation)
+                return KeyUse(self, credential, reservation, slot)
             # While this worker slept, a 429 cooled the key or lowered its rate: the slot was
             # spaced for a rate the provider just refused. Choose again rather than call into it.
+            await self._give_back_slot(slot, credential.name)
             credentials.release(credential)
 
     def token_estimate(self, item: WorkItem) -> float:
@@ -181,18 +217,36 @@ class Keys:
 
     async def give_back(self, key: KeyUse) -> None:
         """Free ``key``'s credential for the next call, then correct its budget by the tokens reported."""
+        slot, key.slot = key.slot, None
+        await self._give_back_slot(slot, key.name)
         if key.credential is not None and self.credentials is not None:
             self.credentials.release(key.credential)
         if key.reservation is not None and key.usage is not None and self.budgets is not None:
             await self.budget_feedback(self.budgets.report_usage(key.reservation, key.usage))
 
+    async def _give_back_slot(self, slot: KeySlot | None, name: str) -> None:
+        if slot is None or self.slots is None:
+            return
+        try:
+            await self.slots.give_back(slot)
+        except WorkhiveError as exc:  # the provider frees it when this process ends; never lose the item
+            log.warning("giving back an in-flight slot of %s failed: %s", name, exc)
+
     async def report_credential(
-        self, credential: Credential, outcome: Outcome, *, retry_after: float | None, reason: str | None
+        self,
+        credential: Credential,
+        outcome: Outcome,
+        *,
+        retry_after: float | None,
+        reason: str | None,
+        sent_at: float | None = None,
     ) -> None:
         """Report ``outcome`` to the credential pool (cooldowns shared fleet-wide) and count it for the metrics."""
         assert self.credentials is not None  # only keys taken from the pool are reported
         try:
-            await self.credentials.report(credential, outcome, retry_after=retry_after, reason=reason)
+            await self.credentials.report(
+                credential, outcome, retry_after=retry_after, reason=reason, sent_at=sent_at
+            )
         except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
             log.warning("reporting %s for credential %s failed: %s", outcome.name, credential.name, exc)
         if self.counts is not None:

@@ -38,6 +38,7 @@ from workhive.runtime.counts import SharedCounts
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.isolation import SUSPECTS, IsolationGate, Suspects
+from workhive.runtime.key_slots import build_slots
 from workhive.runtime.keys import Keys
 from workhive.runtime.options import ExitCode, FleetOptions
 from workhive.runtime.patience import WaitBudget, open_within_window, retry_window
@@ -221,6 +222,7 @@ class ProcessRuntime:
             metrics=self.metrics,
         )
         keys.counts = self.counts
+        keys.slots = build_slots(self.credentials.credentials() if self.credentials else None, self.hive)
         return keys
 
     async def _setup_credentials(self) -> None:

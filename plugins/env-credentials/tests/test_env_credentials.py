@@ -185,3 +185,19 @@ def test_bad_budget_variables_are_config_errors_naming_the_variable(value: str) 
     with pytest.raises(ConfigError, match=r"'KEY_1': budget tpm=.*KEY_TPM_1") as info:
         list(EnvCredentials(["KEY"], environ=env).credentials())
     assert "sk-" not in str(info.value)
+
+
+def test_concurrency_variables_give_each_key_its_fleet_wide_in_flight_limit() -> None:
+    from workhive.budgets import Budget
+
+    env = {"KEY_1": "sk-1", "KEY_2": "sk-2", "KEY_CONCURRENCY": "8", "KEY_CONCURRENCY_2": "2", "KEY_RPM_2": "60"}
+    budgets = {c.name: c.budget for c in EnvCredentials(["KEY"], environ=env).credentials()}
+    assert budgets == {"KEY_1": Budget(concurrency=8), "KEY_2": Budget(rpm=60, concurrency=2)}
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "eight"])
+def test_a_bad_concurrency_variable_names_the_variable_and_never_the_key(value: str) -> None:
+    env = {"KEY_1": "sk-secret-1", "KEY_CONCURRENCY_1": value}
+    with pytest.raises(ConfigError, match=r"'KEY_1': budget concurrency=.*KEY_CONCURRENCY_1") as info:
+        list(EnvCredentials(["KEY"], environ=env).credentials())
+    assert "sk-secret" not in str(info.value)

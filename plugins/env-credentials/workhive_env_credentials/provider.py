@@ -7,7 +7,9 @@ dropping the keys after it. Per key, ``PREFIX_BASE_URL_<n>``,
 ``PREFIX_MODEL_<n>`` and ``PREFIX_MAX_CONCURRENCY_<n>`` (or the unnumbered
 ``PREFIX_BASE_URL`` … as the default for all of the prefix's keys) fill in the
 credential; ``PREFIX_RPM_<n>``, ``PREFIX_TPM_<n>``, ``PREFIX_TPD_<n>`` (or
-unnumbered) give its rate budget (``workhive.budgets``). ``env:A,B`` combines prefixes.
+unnumbered) give its rate budget (``workhive.budgets``), and
+``PREFIX_CONCURRENCY_<n>`` the calls it may have in flight across the whole
+fleet (``PREFIX_MAX_CONCURRENCY_<n>`` caps one process only). ``env:A,B`` combines prefixes.
 
 Warnings name variables, never values.
 
@@ -154,9 +156,9 @@ def _limit(environ: Mapping[str, str], prefix: str, suffix: str) -> int | None:
 
 
 def _budget(environ: Mapping[str, str], prefix: str, suffix: str, credential: str) -> Budget | None:
-    """``PREFIX_RPM_<n>`` / ``PREFIX_TPM_<n>`` / ``PREFIX_TPD_<n>`` (numbered wins over unnumbered)."""
+    """``PREFIX_RPM_<n>`` / ``_TPM_`` / ``_TPD_`` / ``_CONCURRENCY_<n>`` (numbered wins over unnumbered)."""
     fields: dict[str, str] = {}
-    for field in ("rpm", "tpm", "tpd"):
+    for field in ("rpm", "tpm", "tpd", "concurrency"):
         for name in (f"{prefix}_{field.upper()}{suffix}", f"{prefix}_{field.upper()}"):
             if name in environ:
                 fields[field] = environ[name]
