@@ -547,6 +547,8 @@ class Worker:
                     await self._settle(item, None, result, key)
             finally:
                 key.usage = ctx.usage
+                # After the settle: an item already running when its group's budget runs out finishes.
+                await rt.group_budgets.charge(item.group, ctx.usage)
 
     async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
         """Run the handler for ``item``, where ``cancel_running`` can reach it.
