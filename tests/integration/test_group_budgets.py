@@ -15,19 +15,15 @@ import pytest
 import workhive
 from workhive.errors import InvalidArgument, InvalidName
 from workhive.group_budgets import DAY, GROUP_BUDGET_NAMESPACE, GroupBudgets, group_budgets
-from workhive.models import ItemState, WorkItem
+from workhive.models import ItemState
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.events import ListSink
 from workhive.runtime.options import FleetOptions
 from workhive.runtime.process import ProcessRuntime
-from workhive.storage import ServesGroups
 from workhive.testing.clock import ManualClock
 
 pytest.importorskip("workhive_memory")
 from workhive_memory import MemoryStorage
-
-if not isinstance(MemoryStorage("memory://"), ServesGroups):  # until the memory engine's groups are merged
-    pytest.skip("the memory engine serves no groups on this checkout yet", allow_module_level=True)
 
 
 def hive_on(clock: ManualClock) -> workhive.Hive:
@@ -80,6 +76,9 @@ async def test_a_spent_budget_pauses_its_group_whose_items_wait_while_the_others
         claimed = [await pool.claim("w") for _ in range(4)]
         assert [c.group for c in claimed if c is not None] == ["u", "u", "u"] and claimed[3] is None
         assert (await pool.stats()).pending == 3, "the spent group's items wait; none failed"
+        for item in claimed[:3]:
+            assert item is not None
+            await pool.complete(item)
 
         clock.advance(paused - 1.0)
         assert await pool.claim("w") is None
@@ -139,9 +138,8 @@ async def test_usage_without_a_key_needs_a_group_to_charge() -> None:
         pool = hive.pool("agents")
         await pool.push_many([{"n": 1}], group="t")
         await pool.push({"n": 2})
-        grouped = await pool.claim("w")
-        plain = await pool.claim("w")
-        assert isinstance(grouped, WorkItem) and isinstance(plain, WorkItem)
+        both = {item.group: item for item in await pool.claim_many(2, "w")}
+        grouped, plain = both["t"], both[None]
         ctx = HandlerContext(item=grouped, pool=pool, hive=hive, worker_id="w")
         ctx.report_usage(tokens=12)
         assert ctx.usage == 12.0

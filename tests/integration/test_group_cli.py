@@ -20,11 +20,6 @@ from workhive.cli import main
 from workhive.group_budgets import GroupBudgets
 
 pytest.importorskip("workhive_memory")
-from workhive.storage import ServesGroups
-from workhive_memory import MemoryStorage
-
-if not isinstance(MemoryStorage("memory://"), ServesGroups):  # until the memory engine's groups are merged
-    pytest.skip("the memory engine serves no groups on this checkout yet", allow_module_level=True)
 
 
 @pytest.fixture
@@ -131,4 +126,4 @@ def test_status_shows_a_line_per_group_only_for_pools_that_use_groups(
     pools = {p["pool"]: p for p in json.loads(out)["pools"]}
     assert "groups" not in pools["plain"]
     t1 = next(g for g in pools["agents"]["groups"]["groups"] if g["group"] == "t-1")
-    assert t1["tpd"] == 1000 and t1["spent"] == pytest.approx(1500) and t1["paused_for"] > 0
+    assert t1["tpd"] == 1000 and t1["spent"] == pytest.approx(1500, abs=1.0) and t1["paused_for"] > 0  # refilling
