@@ -180,7 +180,8 @@ def analyse(events: list[tuple[float, int, str]], sizes: dict[str, int], weights
             for t, v in ends.items()
             if finish[t] >= t1  # still backlogged until then
         }
-        return max(rates.values()) / min(rates.values()), rates
+        least = min(rates.values())  # 0 without groups: FIFO leaves later tenants waiting
+        return (max(rates.values()) / least if least else float("inf")), rates
 
     throughput = done / max(last - t0, 1e-9)
     weight_sum = sum(weights.get(t, 1.0) for t in sizes)
