@@ -48,6 +48,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# bench/ holds redis.py, postgres.py and sqlite.py: off the path, or `import redis` (the Redis plugin's driver,
+# here and in the worker processes) finds the bench. The handlers live in bench/support/fairness_handlers.py.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+HANDLERS = HERE / "support"
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test?schema={name}"
 REDIS_URL = "redis://127.0.0.1:6379/0?prefix={name}"
 BIG_WEIGHT = 3.0
@@ -147,7 +151,7 @@ def run_fleet_of(url: str, pool: str, handler: str, processes: int, concurrency:
     report = run_fleet(
         FleetOptions(
             pool=pool,
-            handler=f"support.fairness_handlers:{handler}",
+            handler=f"fairness_handlers:{handler}",
             storage=url,
             processes=processes,
             concurrency=concurrency,
@@ -267,7 +271,7 @@ def main() -> None:
         raise SystemExit(f"unknown handler(s) {', '.join(sorted(unknown))}: noop, sleep5")
     if not args.items_scale > 0:
         raise SystemExit("--items-scale must be > 0")
-    sys.path.insert(0, str(HERE))
+    sys.path.append(str(HANDLERS))  # after the installed packages: the worker processes keep it there too
     print(f"load: {os.getloadavg()[0]:.1f} (1-minute average, {os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
