@@ -1,4 +1,4 @@
-"""A fleet (``workhive work``, two processes, SQLite) stops serving a tenant whose token budget is spent.
+"""A fleet (``workhive work``, two processes) stops serving a tenant whose token budget is spent.
 
 Observed through the hive, never by timing: the other tenant's items all finish
 while the spent tenant's remaining items wait, pending and unfailed, its group
@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import workhive
 from workhive.group_budgets import group_budgets
 from workhive.models import ItemState
 from workhive.storage import ServesGroups
+from workhive.testing.services import isolated_store
 
 from .cli_helpers import COMMAND
 from .cli_helpers import workhive as run_workhive
@@ -35,7 +37,7 @@ SPENT, OTHER = 10, 20  # items of the tenant that runs out, and of the one that 
 async def _setup(url: str) -> None:
     async with workhive.open(url) as hive:
         if not isinstance(hive.storage, ServesGroups):
-            pytest.skip("this checkout's SQLite engine serves no groups yet")
+            pytest.skip(f"{type(hive.storage).__name__} serves no groups on this checkout yet")
         pool = hive.pool("agents")
         # 400 tokens an item against 1,000 a day: the third item spends the budget.
         await pool.push_many([{"tokens": 400} for _ in range(SPENT)], group="spender")
@@ -56,8 +58,13 @@ async def _read(url: str) -> tuple[dict[str | None, int], dict[str | None, int],
         return done, pending, spender.paused_until if spender else None, await hive.now(), spent
 
 
-def test_a_spent_tenant_waits_while_the_others_finish(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'hive.db'}"
+@pytest.fixture(params=["sqlite", "postgres", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with isolated_store(request.param, tmp_path) as found:
+        yield found
+
+
+def test_a_spent_tenant_waits_while_the_others_finish(tmp_path: Path, url: str) -> None:
     asyncio.run(_setup(url))
     budget = run_workhive(tmp_path, "--storage", url, "group", "budget", "agents", "spender", "--tpd", "1000")
     assert budget.code == 0, budget.err
