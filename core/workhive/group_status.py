@@ -2,12 +2,10 @@
 
 ``gather_groups(hive, pool)`` joins ``Pool.groups()`` (settings and counts)
 with the tenant budgets (``workhive.group_budgets``) into one JSON-ready
-document; ``group_lines`` renders it for a terminal.
+document (``workhive.cli.group_cmd.group_lines`` renders it for a terminal).
 
->>> row = {"group": "t-1", "weight": 1.0, "limit": None, "effective_limit": 2, "in_flight": 1, "ready": 4}
->>> doc = {"pool_limit": None, "default_limit": 2, "groups": [row | {"waiting": 0, "paused_for": None, "tpd": None}]}
->>> group_lines(doc)
-['group t-1: 1/2 in flight, 4 ready']
+>>> await gather_groups(hive, "agents")  # doctest: +SKIP
+{'pool': 'agents', 'pool_limit': None, 'default_limit': 2, 'groups': [...]}
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from workhive.storage import ServesGroups
 if TYPE_CHECKING:
     from workhive.hive import Hive
 
-__all__ = ["gather_groups", "group_lines", "has_groups"]
+__all__ = ["gather_groups", "has_groups"]
 
 
 async def gather_groups(hive: Hive, pool: str) -> dict[str, Any] | None:
@@ -87,22 +85,3 @@ def has_groups(doc: dict[str, Any] | None) -> bool:
     if doc is None:
         return False
     return any(g["group"] is not None for g in doc["groups"]) or doc["pool_limit"] is not None
-
-
-def group_lines(doc: dict[str, Any]) -> list[str]:
-    """One line per group: in flight / limit, ready (and waiting), paused, budget spent / tpd."""
-    lines = []
-    for g in doc["groups"]:
-        name = "(ungrouped)" if g["group"] is None else g["group"]
-        limit = "" if g["effective_limit"] is None else f"/{g['effective_limit']}"
-        parts = [f"{g['in_flight']}{limit} in flight", f"{g['ready']} ready"]
-        if g["waiting"]:
-            parts.append(f"{g['waiting']} delayed")
-        if g["weight"] != 1.0:
-            parts.append(f"weight {g['weight']:g}")
-        if g["paused_for"] is not None:
-            parts.append(f"paused {g['paused_for']:.0f} s more")
-        if g["tpd"] is not None:
-            parts.append(f"budget {g['spent']:,.0f}/{g['tpd']:,.0f} tokens/day spent")
-        lines.append(f"group {name}: " + ", ".join(parts))
-    return lines

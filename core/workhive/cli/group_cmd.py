@@ -9,12 +9,12 @@ from typing import Any
 
 import click
 
-from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli, table
+from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, table
 from workhive.group_budgets import check_tpd
 from workhive.group_status import gather_groups
 from workhive.validation import check_group, check_limit, check_weight
 
-__all__ = ["group_cmd"]
+__all__ = ["group_cmd", "group_lines"]
 
 
 class _LimitOrNone(click.ParamType):
@@ -188,7 +188,7 @@ def list_cmd(cli: CliContext, pool: str, as_json: bool) -> None:
                 g["in_flight"],
                 g["ready"],
                 g["waiting"],
-                "-" if g["paused_for"] is None else f"{g['paused_for']:.0f} s",
+                format_age(g["paused_for"]),
                 "-" if g["tpd"] is None else f"{g['spent']:,.0f}/{g['tpd']:,.0f}",
             )
         )
@@ -197,3 +197,27 @@ def list_cmd(cli: CliContext, pool: str, as_json: bool) -> None:
 
 def _none(value: object) -> str:
     return "none" if value is None else str(value)
+
+
+def group_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per group: in flight / limit, ready (and delayed), paused, budget spent / tpd.
+
+    >>> row = {"group": "t-1", "weight": 1.0, "limit": None, "effective_limit": 2, "in_flight": 1, "ready": 4}
+    >>> group_lines({"groups": [row | {"waiting": 0, "paused_for": 7300.0, "tpd": None}]})
+    ['group t-1: 1/2 in flight, 4 ready, paused 2h01m more']
+    """
+    lines = []
+    for g in doc["groups"]:
+        name = "(ungrouped)" if g["group"] is None else g["group"]
+        limit = "" if g["effective_limit"] is None else f"/{g['effective_limit']}"
+        parts = [f"{g['in_flight']}{limit} in flight", f"{g['ready']} ready"]
+        if g["waiting"]:
+            parts.append(f"{g['waiting']} delayed")
+        if g["weight"] != 1.0:
+            parts.append(f"weight {g['weight']:g}")
+        if g["paused_for"] is not None:
+            parts.append(f"paused {format_age(g['paused_for'])} more")
+        if g["tpd"] is not None:
+            parts.append(f"budget {g['spent']:,.0f}/{g['tpd']:,.0f} tokens/day spent")
+        lines.append(f"group {name}: " + ", ".join(parts))
+    return lines

@@ -8,7 +8,8 @@ import click
 
 from workhive.budgets import learned_rates
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool, table
-from workhive.group_status import gather_groups, group_lines, has_groups
+from workhive.cli.group_cmd import group_lines
+from workhive.group_status import gather_groups, has_groups
 from workhive.hive import Hive
 from workhive.item_progress import read_progress
 from workhive.liveness import process_gone
