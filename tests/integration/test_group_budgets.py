@@ -1,13 +1,14 @@
 """Tenant token budgets (``Pool.set_group_budget``): charged from ``ctx.report_usage``, a spent group waits.
 
-On the memory backend with a manual clock (no timing): the budget refills by
-exactly the time the clock is moved.
+On the memory and SQLite backends with a manual clock (no timing): the budget
+refills by exactly the time the clock is moved.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,30 @@ from workhive.runtime.context import HandlerContext
 from workhive.runtime.events import ListSink
 from workhive.runtime.options import FleetOptions
 from workhive.runtime.process import ProcessRuntime
+from workhive.storage import ServesGroups
 from workhive.testing.clock import ManualClock
 
 pytest.importorskip("workhive_memory")
 from workhive_memory import MemoryStorage
 
+HiveOn = Callable[[ManualClock], workhive.Hive]
 
-def hive_on(clock: ManualClock) -> workhive.Hive:
-    return workhive.open(MemoryStorage(f"memory://budgets-{uuid.uuid4().hex[:8]}", clock=clock))
+
+@pytest.fixture(params=["memory", "sqlite"])
+def hive_on(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[ManualClock], workhive.Hive]:
+    """A fresh hive of the engine on a manual clock; skipped on an engine that serves no groups."""
+
+    def make(clock: ManualClock) -> workhive.Hive:
+        if request.param == "memory":
+            storage: object = MemoryStorage(f"memory://budgets-{uuid.uuid4().hex[:8]}", clock=clock)
+        else:
+            sqlite = pytest.importorskip("workhive_sqlite")
+            storage = sqlite.SqliteStorage(f"sqlite:///{tmp_path / 'hive.db'}", clock=clock)
+        if not isinstance(storage, ServesGroups):
+            pytest.skip(f"{type(storage).__name__} serves no groups on this checkout yet")
+        return workhive.open(storage)  # type: ignore[arg-type]
+
+    return make
 
 
 async def everything(hive: workhive.Hive, pool: str) -> tuple[object, ...]:
@@ -41,7 +58,7 @@ async def everything(hive: workhive.Hive, pool: str) -> tuple[object, ...]:
 
 
 @pytest.mark.asyncio
-async def test_bad_budgets_are_refused_and_nothing_stored_changes() -> None:
+async def test_bad_budgets_are_refused_and_nothing_stored_changes(hive_on: HiveOn) -> None:
     async with hive_on(ManualClock()) as hive:
         pool = hive.pool("agents")
         await pool.push_many([{"n": 1}], group="t-1")
@@ -59,7 +76,7 @@ async def test_bad_budgets_are_refused_and_nothing_stored_changes() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_spent_budget_pauses_its_group_whose_items_wait_while_the_others_go_on() -> None:
+async def test_a_spent_budget_pauses_its_group_whose_items_wait_while_the_others_go_on(hive_on: HiveOn) -> None:
     clock = ManualClock()
     async with hive_on(clock) as hive:
         pool = hive.pool("agents")
@@ -90,7 +107,9 @@ async def test_a_spent_budget_pauses_its_group_whose_items_wait_while_the_others
 
 
 @pytest.mark.asyncio
-async def test_raising_the_budget_resumes_a_spent_group_lowering_pauses_it_and_removing_resumes_it() -> None:
+async def test_raising_the_budget_resumes_a_spent_group_lowering_pauses_it_and_removing_resumes_it(
+    hive_on: HiveOn,
+) -> None:
     clock = ManualClock()
     async with hive_on(clock) as hive:
         pool = hive.pool("agents")
@@ -115,7 +134,7 @@ async def test_raising_the_budget_resumes_a_spent_group_lowering_pauses_it_and_r
 
 @pytest.mark.asyncio
 async def test_a_worker_charges_the_usage_its_handler_reported_to_the_items_group(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, hive_on: HiveOn
 ) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     clock = ManualClock()
@@ -133,7 +152,7 @@ async def test_a_worker_charges_the_usage_its_handler_reported_to_the_items_grou
 
 
 @pytest.mark.asyncio
-async def test_usage_without_a_key_needs_a_group_to_charge() -> None:
+async def test_usage_without_a_key_needs_a_group_to_charge(hive_on: HiveOn) -> None:
     async with hive_on(ManualClock()) as hive:
         pool = hive.pool("agents")
         await pool.push_many([{"n": 1}], group="t")
