@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from workhive import envelope, tracing
 from workhive.errors import ConfigError, InvalidArgument, ItemNotFound, LeaseLost
+from workhive.group_budgets import set_group_budget
 from workhive.ids import parse_receipt
 from workhive.models import Ack, GroupReport, ItemState, Job, NewItem, PoolStats, StepRecord, WorkItem
 from workhive.redaction import scrub, scrub_json
@@ -714,3 +715,15 @@ class Pool:
     async def wait_for_work(self, timeout: float) -> None:
         """Return when work may have arrived (backends with ``notify``) or after ``timeout`` seconds."""
         await self._backend.wait_for_work(self.name, check_nonnegative("timeout", timeout))
+
+    # -- tenant budgets -------------------------------------------------------
+    async def set_group_budget(self, group: str, *, tpd: float | None) -> None:
+        """Give ``group`` a budget of ``tpd`` tokens per day (None removes it); see ``workhive.group_budgets``.
+
+        Handlers charge it with ``ctx.report_usage(tokens=...)``; once it is
+        spent the group is paused (its items wait, they are not failed) until
+        it refills. ``tpd`` must be a finite number > 0 (``InvalidArgument``).
+
+        >>> await pool.set_group_budget("tenant-42", tpd=2_000_000)  # doctest: +SKIP
+        """
+        await set_group_budget(self._hive, self.name, group, tpd)

@@ -19,6 +19,7 @@ from workhive.cli.config_cmd import config_cmd
 from workhive.cli.context import CliContext, echo
 from workhive.cli.dead_cmd import dead_cmd
 from workhive.cli.demo_cmd import demo_cmd
+from workhive.cli.group_cmd import group_cmd
 from workhive.cli.plugins_cmd import plugins_cmd
 from workhive.cli.purge_cmd import purge_cmd
 from workhive.cli.push_cmd import push_cmd
@@ -108,6 +109,7 @@ for _command in (
     purge_cmd,
     reap_cmd,
     schedule_cmd,
+    group_cmd,
     plugins_cmd,
     config_cmd,
     demo_cmd,

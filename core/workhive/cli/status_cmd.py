@@ -8,6 +8,8 @@ import click
 
 from workhive.budgets import learned_rates
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli, require_pool, table
+from workhive.cli.group_cmd import group_lines
+from workhive.group_status import gather_groups, has_groups
 from workhive.hive import Hive
 from workhive.item_progress import read_progress
 from workhive.liveness import process_gone
@@ -57,9 +59,13 @@ async def gather_status(hive: Hive, pool: str | None) -> dict[str, Any]:
         await require_pool(hive, pool)
     names = [pool] if pool is not None else sorted(await hive.pools())
     now = await hive.now()
-    pools = [
-        pool_json(await hive.pool(name).stats(), now) | {"progress": await _progress(hive, name)} for name in names
-    ]
+    pools = []
+    for name in names:
+        doc = pool_json(await hive.pool(name).stats(), now) | {"progress": await _progress(hive, name)}
+        groups = await gather_groups(hive, name)
+        if has_groups(groups):  # a pool without groups reads as it always did
+            doc["groups"] = groups
+        pools.append(doc)
     records = await hive.workers.list(pool=pool) if pool is not None else await hive.workers.list()
     counts = {"active": 0, "dead": 0, "stale": 0, "lost": 0, "stopped": 0}
     for record in records:
@@ -112,6 +118,10 @@ def status_cmd(cli: CliContext, pool: str | None, as_json: bool) -> None:
                 )
             )
         table(rows)
+        for p in data["pools"]:
+            if "groups" in p:
+                for line in group_lines(p["groups"]):
+                    echo(f"{p['pool']}: {line}")
     w = data["workers"]
     dead = f"{w['dead']} dead (process gone; `workhive reap` releases their items), " if w["dead"] else ""
     echo(f"workers: {w['active']} active, {dead}{w['stale']} stale, {w['lost']} lost, {w['stopped']} stopped")

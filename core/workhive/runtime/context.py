@@ -147,13 +147,17 @@ class HandlerContext:
     def report_usage(self, *, tokens: float, credential: Any = None) -> None:
         """Tell the fleet how many tokens the call really used; its key's token budget is corrected.
 
+        An item of a group (``push(..., group=)``) charges them to the group's
+        token budget too (``Pool.set_group_budget``), with or without a key:
+        once the group's budget is spent, its items wait until it refills.
+
         The worker reserved the estimate (the handler's ``estimate_tokens``, or
         ``--token-estimate``) before the call; after it, the budget moves by
         ``tokens`` − estimate. Works from sync and async handlers alike (the
         worker applies it when the handler returns); several reports add up.
         ``credential`` (a name or the credential) must be the one leased for
         this item: reporting usage of a key this item did not lease, or with
-        no key leased at all, is an ``InvalidArgument``.
+        no key leased and no group, is an ``InvalidArgument``.
 
         >>> def handler(ctx):  # doctest: +SKIP
         ...     answer = call_api(ctx.data, key=ctx.credential.secret.reveal())
@@ -162,9 +166,12 @@ class HandlerContext:
         if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens < 0:
             raise InvalidArgument(f"report_usage(tokens=...) takes a number of tokens >= 0, got {tokens!r}")
         leased = getattr(self.credential, "name", None)
-        if leased is None:
-            raise InvalidArgument("report_usage: no API key is leased for this item (run the fleet with --credentials)")
-        if credential is not None:
+        if leased is None and getattr(self.item, "group", None) is None:
+            raise InvalidArgument(
+                "report_usage: no API key is leased for this item and it has no group whose budget it could "
+                "charge (run the fleet with --credentials, or push the item with a group)"
+            )
+        if credential is not None and leased is not None:
             named = credential if isinstance(credential, str) else getattr(credential, "name", repr(credential))
             if named != leased:
                 raise InvalidArgument(

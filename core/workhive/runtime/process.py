@@ -32,6 +32,7 @@ from workhive.errors import (
     WorkerNotFound,
     WorkhiveError,
 )
+from workhive.group_budgets import GroupBudgets
 from workhive.hive import Hive
 from workhive.runtime import events as ev
 from workhive.runtime.counts import SharedCounts
@@ -157,6 +158,7 @@ class ProcessRuntime:
         self.metrics: Any = importlib.import_module("workhive.metrics") if metrics_enabled(options) else None
         self.counts = SharedCounts(hive, self.pool.name)  # for the dashboard's charts
         self.keys = self._keys()  # without keys until run() reads --credentials
+        self.group_budgets = GroupBudgets(hive, self.pool.name)  # tenant budgets, charged from ctx.report_usage
 
     # -- state shared with workers -----------------------------------------
     @property

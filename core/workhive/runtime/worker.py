@@ -141,6 +141,8 @@ class Worker:
         self.cancelled: set[str] = set()
         # Contexts of handlers that ended with a progress value not yet written (written as they settle).
         self.ended_contexts: dict[str, HandlerContext] = {}
+        # Tokens the handlers of a thread trip reported (ctx.report_usage), by item id, for their groups' budgets.
+        self.thread_usage: dict[str, float] = {}
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -547,6 +549,8 @@ class Worker:
                     await self._settle(item, None, result, key)
             finally:
                 key.usage = ctx.usage
+                # After the settle: an item already running when its group's budget runs out finishes.
+                await rt.group_budgets.charge(item.group, ctx.usage)
 
     async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
         """Run the handler for ``item``, where ``cancel_running`` can reach it.
@@ -751,6 +755,8 @@ class Worker:
                 await self._ended_process(item, exc)
                 break
             await self._settle(item, exc, result)  # type: ignore[arg-type]
+        for item, *_ in ran:  # after the settles: items already running when a budget runs out finish
+            await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
         return len(ran)
 
     async def _ended_process(self, item: WorkItem, exc: BaseException) -> None:
@@ -798,6 +804,8 @@ class Worker:
                 self.running.pop(item.id, None)
                 if ctx._progress is not None:
                     self.ended_contexts[item.id] = ctx  # a dict store: safe from this thread (the GIL)
+                if ctx.usage:
+                    self.thread_usage[item.id] = ctx.usage
             ran.append((item, result, None, time.perf_counter() - started))
             if inspect.isawaitable(result):
                 break  # awaited on the loop before anything else runs

@@ -3,7 +3,8 @@
 ``GET /`` the page; ``GET /api/overview`` pools, workers, credentials;
 ``GET /api/history`` the charts' series over the last hour (``history``);
 ``GET /api/pools/{pool}/dead`` poisoned items; ``GET /api/pools/{pool}/items/{id}``
-one item; ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
+one item; ``GET /api/pools/{pool}/groups`` its groups (tenants: weights, limits,
+budgets); ``POST /api/pools/{pool}/requeue`` and ``POST /api/pools/{pool}/purge``
 the actions (CSRF-protected, see ``security``). Every error is JSON with a
 message (``{"error": …}``): 400 bad input, 401/403 refused, 404 no hive at the
 storage URL (nothing is created: see ``holder``) or unknown pool or item, 409
@@ -37,7 +38,7 @@ from workhive_dashboard.history import History
 from workhive_dashboard.holder import HiveHolder
 from workhive_dashboard.security import COOKIE, check_action, check_read, is_the_token
 from workhive_dashboard.settings import DashboardSettings
-from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, require_pool
+from workhive_dashboard.snapshot import RateTracker, dead_items, item_detail, overview, pool_groups, require_pool
 
 __all__ = ["create_app"]
 
@@ -157,6 +158,10 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
 
         return await with_hive(request, work)
 
+    async def api_groups(request: Request) -> Response:
+        pool = request.path_params["pool"]
+        return await with_hive(request, lambda hive: pool_groups(hive, pool))
+
     async def api_item(request: Request) -> Response:
         pool, item_id = request.path_params["pool"], request.path_params["item_id"]
         return await with_hive(request, lambda hive: item_detail(hive, pool, item_id))
@@ -238,6 +243,7 @@ def create_app(settings: DashboardSettings, *, manager: PluginManager | None = N
         Route("/api/overview", api_overview),
         Route("/api/history", api_history),
         Route("/api/pools/{pool:str}/dead", api_dead),
+        Route("/api/pools/{pool:str}/groups", api_groups),
         Route("/api/pools/{pool:str}/items/{item_id:str}", api_item),
         Route("/api/pools/{pool:str}/requeue", api_requeue, methods=["POST"]),
         Route("/api/pools/{pool:str}/purge", api_purge, methods=["POST"]),

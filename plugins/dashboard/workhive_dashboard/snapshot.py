@@ -16,13 +16,14 @@ import attrs
 from workhive.budgets import learned_rates
 from workhive.credentials import DEFAULT_NAMESPACE
 from workhive.envelope import data_text, headers
-from workhive.errors import ItemNotFound, PoolNotFound
+from workhive.errors import ConfigError, InvalidArgument, ItemNotFound, PoolNotFound
+from workhive.group_status import gather_groups, has_groups
 from workhive.hive import Hive
 from workhive.item_progress import read_progress
 from workhive.models import WorkerRecord, WorkerStatus, WorkItem
 from workhive.storage import KeepsSteps
 
-__all__ = ["RateTracker", "dead_items", "item_detail", "overview", "require_pool"]
+__all__ = ["RateTracker", "dead_items", "item_detail", "overview", "pool_groups", "require_pool"]
 
 _GONE = (WorkerStatus.LOST, WorkerStatus.STOPPED)
 # Fields of a credential's shared state that may be shown; anything else (the key's fingerprint) is not.
@@ -98,6 +99,7 @@ async def overview(hive: Hive, rates: RateTracker, worker_limit: int = 500) -> d
     pools = []
     for name in sorted(await hive.pools()):
         stats = await hive.pool(name).stats()
+        groups = await gather_groups(hive, name)
         pools.append(
             {
                 "pool": name,
@@ -111,6 +113,8 @@ async def overview(hive: Hive, rates: RateTracker, worker_limit: int = 500) -> d
                 if stats.oldest_pending_at is None
                 else max(0.0, now - stats.oldest_pending_at),
                 "done_per_second": rates.rate(name, stats.done, wall),
+                # the same figures as `workhive group list` (None: the pool uses no groups)
+                "groups": groups if has_groups(groups) else None,
             }
         )
     records = await hive.workers.list()
@@ -183,3 +187,20 @@ async def item_detail(hive: Hive, pool: str, item_id: str) -> dict[str, Any]:
             for s in await hive.pool(pool).steps(item.id)
         ]
     return detail
+
+
+async def pool_groups(hive: Hive, pool: str) -> dict[str, Any]:
+    """The groups of ``pool`` (``workhive group list --json``); settings may exist before any item.
+
+    A storage without groups is bad input for this call (400, saying which
+    engines have them), not a storage failure (503).
+    """
+    hive.pool(pool)  # a malformed name is InvalidName, answered 400
+    doc = await gather_groups(hive, pool)
+    if doc is None:
+        try:
+            await hive.pool(pool).groups()  # raises ConfigError, naming the engines that have groups
+        except ConfigError as exc:
+            raise InvalidArgument(str(exc)) from None
+    assert doc is not None
+    return doc

@@ -80,6 +80,20 @@ function renderOverview(data) {
     cell(row, age(p.oldest_pending_age), "num");
     row.addEventListener("click", () => selectPool(p.pool));
   });
+  // One row per group of every pool that uses groups (the figures of `workhive group list`).
+  const groups = [];
+  for (const p of data.pools) for (const g of (p.groups ? p.groups.groups : [])) groups.push([p.pool, g]);
+  $("groups-section").hidden = groups.length === 0;
+  fill("groups", groups, (row, [pool, g]) => {
+    cell(row, pool);
+    cell(row, g.group === null ? "(ungrouped)" : g.group);
+    cell(row, g.weight, "num");
+    cell(row, g.in_flight + (g.effective_limit === null ? "" : " / " + g.effective_limit), "num");
+    cell(row, g.ready, "num");
+    cell(row, g.waiting, "num");
+    cell(row, g.paused_for === null ? "-" : age(g.paused_for), "num");
+    cell(row, g.tpd === null ? "-" : Math.round(g.spent).toLocaleString() + " / " + g.tpd.toLocaleString(), "num");
+  });
   $("no-credentials").hidden = data.credentials.length > 0;
   fill("credentials", data.credentials, (row, c) => {
     cell(row, c.name);

@@ -1,0 +1,289 @@
+"""Benchmark: fairness between groups (tenants) under a backlog, on each engine, in one run.
+
+    python bench/fairness.py [--engines sqlite,postgres,redis,memory] [--items-scale 1]
+                             [--handlers noop,sleep5] [--processes 4] [--concurrency 4]
+
+Tenants: ``big`` with 100,000 items, ``mid`` with 1,000, ``small`` with 10 and
+20 tenants ``t00``..``t19`` of 50 (``--items-scale`` scales big and mid, never
+below 200 and 100, so a quick run keeps the shape). Each engine runs ``workhive
+work`` with ``--processes`` processes (memory: the same number of async worker
+loops in this process, its store being in-process) and a no-op or a 5 ms
+handler, four times over the same items:
+
+- ungrouped: the same items without groups (the throughput baseline);
+- equal: one group per tenant, equal weights;
+- weighted: ``big`` weight 3, the rest 1;
+- limited: a default group limit of 2 (``--processes * --concurrency`` slots).
+
+Handlers log when they start and end (``support/fairness_handlers.py``); from
+that the bench prints, for each run: completion rates per tenant while
+backlogged (max/min, over the time until ``mid`` finished, among the tenants
+still backlogged then; and over the time until ``small`` finished), when
+``small`` finished against its fair-share bound (its items x the weight sum of
+the tenants backlogged at the start / the run's throughput), throughput against
+the ungrouped run, and the largest number of items of one tenant in flight at
+once as the handlers saw it against the limit. Done-when: max/min <= 1.1 with
+equal weights, big/mid within 5% of 3 when weighted, ``small`` done within its
+bound + 1 s, throughput >= 0.9x ungrouped, limits never exceeded. Every figure
+is measured in this one run, on a machine whose load the lines should be read
+beside.
+
+An engine whose storage does not serve groups (``workhive.storage.ServesGroups``)
+is skipped with a line saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+# bench/ holds redis.py, postgres.py and sqlite.py: off the path, or `import redis` (the Redis plugin's driver,
+# here and in the worker processes) finds the bench. The handlers live in bench/support/fairness_handlers.py.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+HANDLERS = HERE / "support"
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test?schema={name}"
+REDIS_URL = "redis://127.0.0.1:6379/0?prefix={name}"
+BIG_WEIGHT = 3.0
+LIMIT = 2
+RUNS = ("ungrouped", "equal", "weighted", "limited")
+
+
+def tenants(scale: float) -> dict[str, int]:
+    sizes = {"big": max(200, round(100_000 * scale)), "mid": max(100, round(1_000 * scale)), "small": 10}
+    sizes.update({f"t{n:02d}": 50 for n in range(20)})
+    return sizes
+
+
+@contextmanager
+def store(engine: str, tmp: Path) -> Iterator[str]:
+    """A store of the bench's own for ``engine``, dropped afterwards (the servers are shared)."""
+    name = f"whbench_{uuid.uuid4().hex[:10]}"
+    if engine == "memory":
+        yield f"memory://{name}"
+    elif engine == "sqlite":
+        yield f"sqlite:///{tmp / 'fairness.db'}"
+    elif engine == "postgres":
+        from workhive.testing.services import drop_postgres_schema
+
+        try:
+            yield POSTGRES_URL.format(name=name)
+        finally:
+            drop_postgres_schema(name)
+    elif engine == "redis":
+        from workhive.testing.services import drop_redis_prefix
+
+        try:
+            yield REDIS_URL.format(name=name)
+        finally:
+            drop_redis_prefix(name)
+    else:
+        raise SystemExit(f"unknown engine {engine!r}: sqlite, postgres, redis or memory")
+
+
+async def prepare(hive: Any, pool: str, run: str, sizes: dict[str, int]) -> None:
+    """Push the run's items (biggest tenant first, as a backlog arrives) and make its group settings."""
+    from workhive.models import Job
+
+    target = hive.pool(pool)
+    grouped = run != "ungrouped"
+    for tenant, count in sizes.items():
+        for start in range(0, count, 5000):
+            batch = [
+                Job({"t": tenant}, group=tenant if grouped else None) for _ in range(start, min(count, start + 5000))
+            ]
+            await target.push_many(batch)
+    if run == "weighted":
+        await target.set_group_weight("big", BIG_WEIGHT)
+    if run == "limited":
+        await target.set_default_group_limit(LIMIT)
+
+
+def events_of(log: Path) -> list[tuple[float, int, str]]:
+    out = []
+    for line in log.read_text().splitlines():
+        at, kind, tenant = line.split()
+        out.append((float(at), 1 if kind == "+" else -1, tenant))
+    out.sort()
+    return out
+
+
+async def run_in_process(hive: Any, pool: str, handler: str, loops: int) -> list[tuple[float, int, str]]:
+    """The memory engine's fleet: ``loops`` claim loops in this process (its store is in-process)."""
+    target = hive.pool(pool)
+    events: list[tuple[float, int, str]] = []
+
+    async def loop(n: int) -> None:
+        while True:
+            item = await target.claim(f"bench-{n}")
+            if item is None:
+                stats = await target.stats()
+                if stats.pending + stats.delayed + stats.claimed == 0:
+                    return
+                await asyncio.sleep(0.001)  # a limit holds the rest back until a slot frees
+                continue
+            tenant = item.data["t"]
+            events.append((time.time(), 1, tenant))
+            if handler == "sleep5":
+                await asyncio.sleep(0.005)
+            events.append((time.time(), -1, tenant))
+            await target.complete(item)
+
+    await asyncio.gather(*(loop(n) for n in range(loops)))
+    events.sort()
+    return events
+
+
+def run_fleet_of(url: str, pool: str, handler: str, processes: int, concurrency: int, log: Path) -> None:
+    from workhive.runtime import FleetOptions, run_fleet
+
+    os.environ["BENCH_FAIRNESS_LOG"] = str(log)  # the worker processes inherit it
+    report = run_fleet(
+        FleetOptions(
+            pool=pool,
+            handler=f"fairness_handlers:{handler}",
+            storage=url,
+            processes=processes,
+            concurrency=concurrency,
+            until_empty=True,
+            progress="none",
+        )
+    )
+    if report.exit_code != 0:
+        raise SystemExit(f"the fleet of {pool} ended with {report.exit_code}: {report.reason}")
+
+
+def analyse(events: list[tuple[float, int, str]], sizes: dict[str, int], weights: dict[str, float]) -> dict[str, Any]:
+    t0 = events[0][0]
+    ends: dict[str, list[float]] = collections.defaultdict(list)
+    inflight: collections.Counter[str] = collections.Counter()
+    most: collections.Counter[str] = collections.Counter()
+    for at, step, tenant in events:
+        inflight[tenant] += step
+        most[tenant] = max(most[tenant], inflight[tenant])
+        if step < 0:
+            ends[tenant].append(at)
+    finish = {t: max(v) for t, v in ends.items()}
+    last = max(finish.values())
+    done = sum(len(v) for v in ends.values())
+
+    def spread(until: str) -> tuple[float, dict[str, float]]:
+        t1 = finish[until]
+        rates = {
+            t: sum(1 for at in v if at <= t1) / max(t1 - t0, 1e-9) / weights.get(t, 1.0)
+            for t, v in ends.items()
+            if finish[t] >= t1  # still backlogged until then
+        }
+        least = min(rates.values())  # 0 without groups: FIFO leaves later tenants waiting
+        return (max(rates.values()) / least if least else float("inf")), rates
+
+    throughput = done / max(last - t0, 1e-9)
+    weight_sum = sum(weights.get(t, 1.0) for t in sizes)
+    bound = sizes["small"] * weight_sum / weights.get("small", 1.0) / throughput
+    mid_spread, mid_rates = spread("mid")
+    small_spread, _ = spread("small")
+    return {
+        "done": done,
+        "throughput": throughput,
+        "mid_spread": mid_spread,
+        "small_spread": small_spread,
+        "big_over_mid": mid_rates["big"] * weights.get("big", 1.0) / mid_rates["mid"] if "big" in mid_rates else None,
+        "small_at": finish["small"] - t0,
+        "small_bound": bound,
+        "most_in_flight": max(most.values()),
+        "most_tenant": max(most, key=lambda t: most[t]),
+    }
+
+
+async def bench_engine(engine: str, url: str, args: argparse.Namespace, tmp: Path) -> list[str]:
+    import workhive
+    from workhive.storage import ServesGroups
+
+    sizes = tenants(args.items_scale)
+    lines = []
+    async with workhive.open(url) as hive:
+        if not isinstance(hive.storage, ServesGroups):
+            return [f"fairness {engine}: skipped: storage {type(hive.storage).__name__} does not serve groups here"]
+        for handler in args.handlers:
+            results: dict[str, dict[str, Any]] = {}
+            for run in RUNS:
+                pool = f"fair-{handler}-{run}"
+                await prepare(hive, pool, run, sizes)
+                if engine == "memory":
+                    events = await run_in_process(hive, pool, handler, args.processes * args.concurrency)
+                else:
+                    log = tmp / f"{engine}-{pool}.log"
+                    await asyncio.to_thread(run_fleet_of, url, pool, handler, args.processes, args.concurrency, log)
+                    events = events_of(log)
+                weights = {"big": BIG_WEIGHT} if run == "weighted" else {}
+                results[run] = analyse(events, sizes, weights)
+                expected = sum(sizes.values())
+                if results[run]["done"] != expected:
+                    lines.append(f"fairness {engine} {handler} {run}: {results[run]['done']} of {expected} items ran")
+            lines += report(engine, handler, results, args)
+    return lines
+
+
+def report(engine: str, handler: str, r: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    def ok(flag: bool) -> str:
+        return "ok" if flag else "NOT MET"
+
+    base = r["ungrouped"]["throughput"]
+    eq, wt, lim = r["equal"], r["weighted"], r["limited"]
+    head = f"fairness {engine} {handler} ({args.processes} procs x {args.concurrency}):"
+    ratio = eq["throughput"] / base
+    off = abs(wt["big_over_mid"] / BIG_WEIGHT - 1.0) if wt["big_over_mid"] is not None else float("inf")
+    return [
+        f"{head} equal weights: rate max/min {eq['mid_spread']:.3f} while big and mid backlogged "
+        f"({eq['small_spread']:.3f} while all 23 were) [<= 1.1: {ok(eq['mid_spread'] <= 1.1)}]",
+        f"{head} weighted big:{BIG_WEIGHT:g}: big/mid rate {wt['big_over_mid']:.3f} "
+        f"[within 5% of {BIG_WEIGHT:g}: {ok(off <= 0.05)}]",
+        f"{head} small (10 items) done at {eq['small_at']:.2f} s, fair-share bound {eq['small_bound']:.2f} s "
+        f"[<= bound + 1 s: {ok(eq['small_at'] <= eq['small_bound'] + 1.0)}]",
+        f"{head} throughput {eq['throughput']:,.0f} items/s = {ratio:.2f}x ungrouped ({base:,.0f} items/s) "
+        f"[>= 0.9x: {ok(ratio >= 0.9)}]",
+        f"{head} limit {LIMIT} per group: most in flight seen {lim['most_in_flight']} ({lim['most_tenant']}) "
+        f"[<= {LIMIT}: {ok(lim['most_in_flight'] <= LIMIT)}]; without a limit: {eq['most_in_flight']}",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engines", default="sqlite,postgres,redis,memory")
+    parser.add_argument("--items-scale", type=float, default=1.0)
+    parser.add_argument("--handlers", default="noop,sleep5")
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=4)
+    args = parser.parse_args()
+    args.handlers = [h for h in args.handlers.split(",") if h]
+    unknown = set(args.handlers) - {"noop", "sleep5"}
+    if unknown:
+        raise SystemExit(f"unknown handler(s) {', '.join(sorted(unknown))}: noop, sleep5")
+    if not args.items_scale > 0:
+        raise SystemExit("--items-scale must be > 0")
+    sys.path.append(str(HANDLERS))  # after the installed packages: the worker processes keep it there too
+    print(f"load: {os.getloadavg()[0]:.1f} (1-minute average, {os.cpu_count()} cores)", flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        for engine in [e for e in args.engines.split(",") if e]:
+            try:
+                with store(engine, tmp) as url:
+                    lines = asyncio.run(bench_engine(engine, url, args, tmp))
+            except ImportError as exc:
+                lines = [f"fairness {engine}: skipped: {exc.name} is not installed"]
+            for line in lines:
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
