@@ -90,6 +90,6 @@ def sweep_lines(results: list[tuple[int, float]], processes: int = 2) -> list[st
         bound = total / HANDLER_SECONDS
         lines.append(
             f"workhive work, 1 ms handler, concurrency {total:>3} ({procs} proc x {total // procs}): "
-            f"{rate:>8,.0f} jobs/s = {rate / bound:.2f}x the handler bound ({bound:,.0f}/s)"
+            f"{rate:>8,.0f} jobs/s = {rate / bound:.3f}x the handler bound ({bound:,.0f}/s)"
         )
     return lines
