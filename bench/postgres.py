@@ -16,9 +16,16 @@ the baseline measured in this run:
 * workhive through the public ``Pool`` API: per item at 8 and 32 coroutines,
   ``complete_and_claim`` at 16, ``claim_many(100)`` + ``complete_many``, push
   one at a time and ``push_many``.
+* workhive per item with many client processes: 8 processes x 8 coroutines
+  (``claim`` then ``complete``), against raw asyncpg running workhive's own
+  claim and complete statements (``workhive_postgres.sqlfiles``) in 8 processes
+  x 8 connections: what the client costs per item when the clients share the
+  machine with the server. Two rounds, launch order swapped.
 * ``workhive work`` end to end (``run_fleet``: worker processes spawned,
   registered, heartbeating, a no-op handler) from start until the pool drained,
-  with ``work``'s defaults (``--work-*`` to change them).
+  with ``work``'s defaults (``--work-*`` to change them), against raw asyncpg's
+  batches of 100; and ``work`` with a 1 ms handler at total concurrency 4, 16,
+  64 and 256 (``bench/support/fleets.py``), against the handler's bound.
 * pgqueuer (batch 10, its default, and batch 100) and procrastinate
   (concurrency 8) draining the same number of no-op jobs; their batched enqueue.
 * idle pickup latency p50/p95 for each: with the system idle, push one job and
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import os
 import signal
 import statistics
@@ -44,6 +52,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from support.fleets import drain_with_work, sweep_lines, work_sweep
 from support.loops import claim_complete_loop
 from support.peers import peers_line
 from support.procs import env_with_path, wait_for_lines
@@ -232,6 +241,25 @@ async def bench_raw(n_item: int, n_batch: int, n_push: int) -> dict[str, float]:
     return out
 
 
+async def bench_raw_batched(n: int) -> float:
+    """Raw asyncpg batches of 100 with 4 coroutines alone (items/s): ``work``'s baseline, measured again."""
+    schema = f"bench_rawb_{TAG}"
+    await admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
+    try:
+        pool = await raw_pool(schema, 4)
+        try:
+            async with pool.acquire() as conn:
+                await conn.execute(RAW_TABLE)
+            await raw_fill(pool, n)
+            done, rate = await timed(lambda: raw_batched(pool, 4, 100))
+            assert done == n, (done, n)
+            return rate
+        finally:
+            await pool.close()
+    finally:
+        await admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 # -- workhive through the API -----------------------------------------------------
 async def bench_workhive_api(n_item: int, n_batch: int, n_push: int) -> dict[str, float]:
     import workhive
@@ -290,33 +318,126 @@ async def bench_workhive_api(n_item: int, n_batch: int, n_push: int) -> dict[str
     return out
 
 
+# -- per item with many client processes: workhive against raw asyncpg on its own statements ---------
+async def _fill_schema(schema: str, pool: str, n: int) -> None:
+    import workhive
+
+    async with workhive.open(schema_url(schema)) as hive:
+        for start in range(0, n, 10_000):
+            await hive.pool(pool).push_many([{"n": i} for i in range(start, min(n, start + 10_000))])
+
+
+async def _raw_side(schema: str, pool: str, worker: str, coroutines: int, go: Any) -> int:
+    """Raw asyncpg running workhive's claim and complete statements, one connection per coroutine."""
+    import asyncpg
+
+    from workhive_postgres.backend import MARKS_EVERY, MARKS_LAG, SWEEP_EVERY
+    from workhive_postgres.sqlfiles import statements, with_limit
+
+    q = statements(schema)
+    claim, complete, marks = with_limit(q["claim"], 1), q["complete_one"], q["advance_marks"]
+    result = '{"ok":true}'
+    conns = [await asyncpg.connect(SERVER) for _ in range(coroutines)]
+    next_marks = [0.0]  # per process, as workhive moves its claim marks
+
+    async def one(conn: Any, name: str) -> int:
+        done = 0
+        while True:
+            now = time.monotonic()
+            if now >= next_marks[0]:
+                next_marks[0] = now + MARKS_EVERY
+                await conn.fetchval(marks, 0.0, pool, MARKS_EVERY, MARKS_LAG, SWEEP_EVERY)
+            rows = await conn.fetch(claim, 0.0, pool, name, 60.0)
+            if not rows:
+                return done
+            row = rows[0]
+            if not row[12]:  # a spent lease the claim poisoned instead of taking
+                continue
+            await conn.fetchval(complete, 0.0, pool, row[0], row[5], result)
+            done += 1
+
+    try:
+        for conn in conns:
+            await conn.fetchval(q["now"], 0.0)  # connected and warm before the clock starts
+        go()
+        return sum(await asyncio.gather(*(one(c, f"{worker}-{i}") for i, c in enumerate(conns))))
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def _workhive_side(schema: str, pool: str, worker: str, coroutines: int, go: Any) -> int:
+    import workhive
+
+    async with workhive.open(schema_url(schema, pool_size=coroutines)) as hive:
+        p = hive.pool(pool)
+        await p.stats()  # connected, schema checked, before the clock starts
+        go()
+        loops = (claim_complete_loop(p, f"{worker}-{i}", {"ok": True}, False) for i in range(coroutines))
+        return sum(await asyncio.gather(*loops))
+
+
+def _procs_child(mode: str, schema: str, worker: str, coroutines: int, ready: Any, go: Any, out: Any) -> None:
+    def wait_for_go() -> None:
+        ready.put(worker)
+        go.wait()
+
+    side = _raw_side if mode == "raw" else _workhive_side
+    done = asyncio.run(side(schema, "procs", worker, coroutines, wait_for_go))
+    out.put((done, time.time()))
+
+
+def procs_rate(mode: str, n: int, procs: int, coroutines: int) -> float:
+    """Items/s of ``procs`` processes x ``coroutines`` draining ``n`` items, per item, in a schema of its own."""
+    schema = f"bench_{mode}_procs_{TAG}"
+    asyncio.run(admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+    try:
+        asyncio.run(_fill_schema(schema, "procs", n))
+        ctx = mp.get_context("spawn")
+        ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+        children = [
+            ctx.Process(target=_procs_child, args=(mode, schema, f"p{i}", coroutines, ready, go, out))
+            for i in range(procs)
+        ]
+        for child in children:
+            child.start()
+        for _ in children:
+            ready.get(timeout=300)
+        started = time.time()
+        go.set()
+        results = [out.get(timeout=600) for _ in children]
+        for child in children:
+            child.join(timeout=30)
+        done = sum(r[0] for r in results)
+        assert done == n, (mode, done, n)
+        return done / (max(r[1] for r in results) - started)
+    finally:
+        asyncio.run(admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+
+
+def bench_procs(n: int, procs: int = 8, coroutines: int = 8, rounds: int = 2) -> list[tuple[float, float]]:
+    """(raw, workhive) items/s per round; the launch order swaps between rounds."""
+    out = []
+    for round_ in range(rounds):
+        order = ("raw", "workhive") if round_ % 2 == 0 else ("workhive", "raw")
+        rates = {mode: procs_rate(mode, n, procs, coroutines) for mode in order}
+        out.append((rates["raw"], rates["workhive"]))
+    return out
+
+
 # -- workhive work, end to end -----------------------------------------------------
 def bench_workhive_work(
     jobs: int, samples: int, tmp: Path, processes: int, concurrency: int, batch: int
 ) -> tuple[float, list[float]]:
     import workhive
-    from workhive.runtime import FleetOptions, run_fleet
 
     schema = f"bench_work_{TAG}"
     url = schema_url(schema)
-
-    async def push_all() -> None:
-        async with workhive.open(url) as hive:
-            for start in range(0, jobs, 10_000):
-                await hive.pool("bench").push_many([{"i": i} for i in range(start, min(jobs, start + 10_000))])
-
     try:
-        asyncio.run(push_all())
+        rate = drain_with_work(
+            url, "bench", jobs, handler="noop", processes=processes, concurrency=concurrency, batch=batch
+        )
         sys.path.insert(0, str(HERE))
-        t0 = time.perf_counter()
-        report = run_fleet(
-            FleetOptions(
-                pool="bench", handler="worker:noop", storage=url, processes=processes, concurrency=concurrency,
-                batch=batch, until_empty=True, progress="none",
-            )
-        )  # fmt: skip
-        rate = jobs / (time.perf_counter() - t0)
-        assert report.done == jobs, report
 
         stamp_file = tmp / "workhive-stamps.txt"
         script = (
@@ -501,6 +622,8 @@ def main() -> int:
     parser.add_argument("--work-processes", type=int, default=2)
     parser.add_argument("--work-concurrency", type=int, default=1)
     parser.add_argument("--work-batch", type=int, default=1, help="items per claim; 1 = adaptive (the default)")
+    parser.add_argument("--skip-procs", action="store_true", help="leave out the 8 processes x 8 rows")
+    parser.add_argument("--skip-sweep", action="store_true", help="leave out the 1 ms concurrency sweep")
     args = parser.parse_args()
     # Every system drains the same number of jobs: a fixed start-up cost (spawning worker
     # processes, a queue manager's first poll) weighs the same in each rate.
@@ -508,7 +631,7 @@ def main() -> int:
     samples = 10 if args.quick else args.latency_samples
     print(
         f"PostgreSQL at {SERVER.rsplit('@', 1)[-1]}; one run, same server, same moment; "
-        f"each drain is {n_work:,} no-op jobs",
+        f"each drain is {n_work:,} no-op jobs; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     print(peers_line("asyncpg", "pgqueuer", "procrastinate"), flush=True)
@@ -536,6 +659,29 @@ def main() -> int:
     batch = "adaptive batch" if args.work_batch == 1 else f"batch {args.work_batch}"
     label = f"workhive work end to end, no-op ({args.work_processes} proc x {args.work_concurrency}, {batch})"
     emit(label, work_rate, "jobs/s")
+    # The baseline for `work` is raw batched claim+complete, measured again now: the faster
+    # of its two runs counts, so a machine that got busier mid-run cannot flatter the ratio.
+    raw_batch_now = asyncio.run(bench_raw_batched(n_batch))
+    raw_batch = max(raw["batch100"], raw_batch_now)
+    print(
+        f"workhive work no-op / raw asyncpg batches of 100 (runs {raw['batch100']:,.0f}, {raw_batch_now:,.0f}): "
+        f"{work_rate / raw_batch:.2f}x",
+        flush=True,
+    )
+    if not args.skip_sweep:
+        sweep = work_sweep(lambda c: schema_url(f"bench_sweep{c}_{TAG}"))
+        for c, _ in sweep:
+            asyncio.run(admin(f"DROP SCHEMA IF EXISTS bench_sweep{c}_{TAG} CASCADE"))
+        for text in sweep_lines(sweep):
+            print(text, flush=True)
+    if not args.skip_procs:
+        n_procs = 4_000 if args.quick else 24_000
+        for round_, (raw_rate, wh_rate) in enumerate(bench_procs(n_procs), 1):
+            print(
+                f"8 proc x 8 per item, round {round_}: raw asyncpg on workhive's statements {raw_rate:,.0f} items/s, "
+                f"workhive claim+complete {wh_rate:,.0f} items/s = {wh_rate / raw_rate:.2f}x raw",
+                flush=True,
+            )
 
     pgq = asyncio.run(bench_pgqueuer(n_work, samples))
     if isinstance(pgq, str):
@@ -557,7 +703,7 @@ def main() -> int:
     if not isinstance(proc, str):
         emit_latency("idle pickup: procrastinate", proc["latency"])
 
-    print("ratios in this run:")
+    print(f"ratios in this run (load now {os.getloadavg()[0]:.1f}):")
     print(f"  workhive per item / raw asyncpg, 8 coroutines: {wh['per8'] / raw['per8']:.2f}")
     if not isinstance(pgq, str):
         print(f"  workhive work / pgqueuer batch 100: {work_rate / pgq['batch100']:.2f}")

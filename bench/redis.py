@@ -15,7 +15,10 @@ deleted afterwards. Printed, each with its ratio to a baseline measured here:
   8 coroutines), ``complete_and_claim``, ``claim_many(100)`` +
   ``complete_many``, ``push`` and ``push_many``.
 * ``workhive work`` end to end (``run_fleet``, 2 processes, no-op handler,
-  process start-up included) against huey (RedisHuey, 8 threads), bullmq
+  process start-up included) against raw batched claim+complete (measured
+  twice, the faster counts), and with a 1 ms handler at total concurrency 4,
+  16, 64 and 256 (``bench/support/fleets.py``) against the handler's bound;
+  and against huey (RedisHuey, 8 threads), bullmq
   (one Worker, concurrency 50), arq tuned (max_jobs 50, 10 ms poll) and RQ
   (2 SimpleWorkers) draining the same number of no-op jobs.
 * Idle pickup latency (push -> handler start, p50/p95) of each, idle.
@@ -50,6 +53,7 @@ import redis as redis_py  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 
 sys.path.append(HERE)  # now that `redis` is the package: bench/support is importable
+from support.fleets import drain_with_work, sweep_lines, work_sweep  # noqa: E402
 from support.loops import claim_complete_loop  # noqa: E402
 from support.peers import peer, peers_line  # noqa: E402
 from support.procs import env_with_path, wait_for_lines  # noqa: E402
@@ -254,19 +258,10 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 # -- workhive work, end to end --------------------------------------------------------------
 def bench_fleet(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]]:
-    from workhive.runtime import FleetOptions, run_fleet
-
     url = wh_url("fleet")
-    asyncio.run(wh_fill(url, jobs))
+    rate = drain_with_work(url, "bench", jobs, handler="noop", processes=2)
     sys.path.insert(0, PEERS)
     os.environ["PYTHONPATH"] = env()["PYTHONPATH"]
-    started = time.perf_counter()
-    report = run_fleet(
-        FleetOptions(pool="bench", handler="redis_tasks:noop", storage=url, processes=2, until_empty=True,
-                     progress="none")
-    )  # fmt: skip
-    rate = jobs / (time.perf_counter() - started)
-    assert report.done == jobs, report
     stamps = tmp / "workhive-stamps.txt"
     script = (
         "from workhive.runtime import FleetOptions, run_fleet\n"
@@ -478,6 +473,7 @@ def line(label: str, result: tuple[float, list[float]] | str, fleet: float) -> s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke check)")
+    parser.add_argument("--skip-sweep", action="store_true", help="leave out the 1 ms concurrency sweep")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     n, n_batch, n_push, n_push_many = (int(x * scale) for x in (10_000, 50_000, 3_000, 100_000))
@@ -497,6 +493,8 @@ def main() -> None:
             wh = asyncio.run(wh_rates(n, n_batch, n_push, n_push_many))
             print("measuring: workhive work", flush=True)
             fleet, fleet_lat = bench_fleet(tmp, n_fleet, samples)
+            _, _, raw_batch_now = asyncio.run(raw_rates(n // 10, n_batch))
+            sweep = [] if args.skip_sweep else work_sweep(lambda c: wh_url(f"sweep{c}"))
             print("measuring: peers", flush=True)
             peers = {
                 f"{peer('huey')} RedisHuey, 8 threads": bench_huey(tmp, n_huey, samples),
@@ -520,8 +518,12 @@ def main() -> None:
           "batched")  # fmt: skip
     print(f"workhive push (1 per call): {wh['push']:,.0f} items/s; push_many (10,000 per call): "
           f"{wh['push_many']:,.0f} items/s")  # fmt: skip
-    print(f"workhive work end to end (2 processes, no-op handler, start-up included): {fleet:,.0f} jobs/s, "
+    raw_batched = max(raw_batch, raw_batch_now)
+    print(f"workhive work end to end (2 processes, no-op handler, start-up included): {fleet:,.0f} jobs/s "
+          f"= {fleet / raw_batched:.2f}x raw batches of 100 (runs {raw_batch:,.0f}, {raw_batch_now:,.0f}), "
           f"pickup p50 {pct(fleet_lat, 0.5):.2f} ms p95 {pct(fleet_lat, 0.95):.2f} ms")  # fmt: skip
+    for text in sweep_lines(sweep):
+        print(text)
     for label, result in peers.items():
         print(line(label, result, fleet))
 

@@ -104,7 +104,8 @@ class NewItem:
     group: str | None = None
 
 
-@attrs.frozen
+# Not slotted, like WorkItem: one is built per completed item (see WorkItem's note).
+@attrs.frozen(slots=False)
 class Ack:
     """One completion in a batch: the claim (id + fencing token) and the result JSON text."""
 

@@ -164,3 +164,33 @@ async def test_close_waits_for_connections_in_use_and_refuses_new_acquires() -> 
         await waiting
     waiter_pool.release(held)
     assert held.terminated
+
+
+@pytest.mark.asyncio
+async def test_take_idle_hands_out_only_an_open_idle_connection_and_counts_it_as_acquire_does() -> None:
+    connect = Connector()
+    pool = ConnectionPool(connect, max_size=2)
+    assert pool.take_idle() is None  # nothing idle: it never opens one (acquire does)
+    assert connect.opened == []
+    a, b = await pool.acquire(), await pool.acquire()
+    pool.release(a)
+    pool.release(b)
+    b.closed = True  # the server ended it while idle
+    assert pool.take_idle() is a  # the closed one is passed over and its place freed
+    assert pool.size == 1
+    assert pool.take_idle() is None
+    # Handed out as by acquire: a waiter for the only place is served when it comes back.
+    one = ConnectionPool(Connector(), max_size=1)
+    held = await one.acquire()
+    one.release(held)
+    assert one.take_idle() is held
+    waiting = asyncio.create_task(one.acquire())
+    await settle()
+    assert not waiting.done()
+    one.release(held)
+    assert await asyncio.wait_for(waiting, 5) is held
+    one.release(held)
+    await one.close()
+    assert one.take_idle() is None  # closing: nothing is handed out
+    pool.release(a)
+    await pool.close()

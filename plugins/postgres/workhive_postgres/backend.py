@@ -122,9 +122,9 @@ def _item(row: Sequence[Any]) -> WorkItem:
 
 
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, lease: float) -> WorkItem:
-    r = row
+    r = row  # the id is _id's, inlined: one call less per claimed item
     return WorkItem(
-        _id(r[0]), pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
+        f"i{r[0]:016x}", pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
         worker_id, r[8], lease, r[9], r[10], None, None, r[11],
     )  # fmt: skip
 
@@ -323,7 +323,9 @@ class PostgresStorage:
         while True:
             in_flight = False
             try:
-                conn = await pool.acquire()
+                conn = pool.take_idle()
+                if conn is None:
+                    conn = await pool.acquire()
                 try:
                     in_flight = True
                     return await fn(conn, *args)
@@ -524,7 +526,8 @@ class PostgresStorage:
         # Never run again after a connection lost mid-statement: items a lost claim took are held
         # by ``worker_id``, and that worker's heartbeats would extend them forever while it runs
         # others. ``OutcomeUnknown`` tells the caller, who knows what it holds, to give them back.
-        await self._advance_marks(pool)
+        if time.monotonic() >= self._marks_next.get(pool, 0.0):  # tested here: one coroutine less per claim
+            await self._advance_marks(pool)
         return await self._run("claim", self._claim, pool, worker_id, limit, float(lease), rerun=False)
 
     async def _advance_marks(self, pool: str) -> None:
@@ -544,6 +547,9 @@ class PostgresStorage:
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         rows = await conn.fetch(with_limit(self._q["claim"], limit), self._off(), pool, worker_id, lease)
+        if len(rows) == 1 and rows[0][12]:
+            # The worker loop's claim: one row, taken. No poisoned lease to claim past, nothing to sort.
+            return [_claimed(rows[0], pool, worker_id, lease)]
         return await self._taken(conn, rows, pool, worker_id, limit, lease)
 
     async def _taken(
@@ -624,7 +630,8 @@ class PostgresStorage:
                 where=self.config.where,
             )
 
-        await self._advance_marks(pool)
+        if time.monotonic() >= self._marks_next.get(pool, 0.0):
+            await self._advance_marks(pool)
         return await self._run(
             "complete_and_claim", self._complete_and_claim, pool, key, ack, worker_id, limit, float(lease),
             recover=recover,

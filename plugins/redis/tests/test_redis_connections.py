@@ -152,3 +152,36 @@ def test_a_lock_waiter_cancelled_while_it_connects_stops_and_leaves_nothing_held
             await once(step * 0.0005)
 
     asyncio.run(main())
+
+
+class _IdleConnection:
+    """A stand-in for an idle redis-py connection: open, or closed by the server (EOF seen)."""
+
+    class _Reader:
+        def __init__(self, eof: bool) -> None:
+            self.eof = eof
+
+        def at_eof(self) -> bool:
+            return self.eof
+
+    def __init__(self, *, eof: bool) -> None:
+        self.is_connected = True
+        self._reader = self._Reader(eof)
+        self.disconnected = False
+
+    async def disconnect(self, nowait: bool = False) -> None:
+        self.disconnected = True
+
+
+@pytest.mark.asyncio
+async def test_an_idle_connection_the_server_closed_is_never_handed_out() -> None:
+    from workhive_redis.url import parse_url
+
+    client = client_module.RedisClient(parse_url(REDIS_URL))
+    live, dead = _IdleConnection(eof=False), _IdleConnection(eof=True)
+    client._idle = [live, dead]
+    assert client._take_idle() is None  # the newest is closed: left for _connection, which drops it
+    assert await client._connection() is live
+    assert dead.disconnected and client._idle == []
+    client._idle = [dead, live]
+    assert client._take_idle() is live and client._idle == [dead]

@@ -300,6 +300,16 @@ class RedisStorage:
         k = self._pk(pool)
         keys = (k.ready, k.leases, k.done)
         sha = self._client.scripts["complete"].sha
+        if len(acks) == 1:
+            # The worker loop's completion: the batching below, for one ack, without its bookkeeping.
+            ack = acks[0]
+            self._check_size(ack.result, "the result")
+            accepted = False
+            if is_item_id(ack.item_id):
+                call = ("EVALSHA", sha, 3, *keys, self._off(), ack.item_id, ack.token, ack.result or "")
+                accepted = (await self._client.pipeline([call], write=True))[0][0] == 1
+            self._let_go(pool, ack.item_id, ack.token)
+            return [accepted]
         out: list[bool] = [False] * len(acks)
         calls: list[Any] = []
         places: list[list[int]] = []

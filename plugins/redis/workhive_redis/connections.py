@@ -191,7 +191,11 @@ class RedisClient:
             sent = False
             conn = None
             try:
-                conn = await self._connection()
+                # An idle connection without a coroutine (twice per item of a worker going one at
+                # a time); behind Sentinel, _connection asks who the master is first.
+                conn = self._take_idle() if self._finder is None else None
+                if conn is None:
+                    conn = await self._connection()
                 packed = conn.pack_commands(commands)
                 sent = True
                 await conn.send_packed_command(packed, check_health=False)
@@ -255,6 +259,20 @@ class RedisClient:
             pause = min(_MAX_PAUSE, pause * 2)
 
     # -- connections --------------------------------------------------------------
+    def _take_idle(self) -> Any | None:
+        """The most recently released idle connection that is still open, or None (then ``_connection``).
+
+        One the server closed while it was idle (a restart: the loop already saw the EOF)
+        stays on the stack for ``_connection`` to drop, which awaits.
+        """
+        idle = self._idle
+        if idle:
+            conn = idle[-1]
+            reader = getattr(conn, "_reader", None)
+            if conn.is_connected and reader is not None and not reader.at_eof():
+                return idle.pop()
+        return None
+
     async def _connection(self) -> Any:
         if self._finder is not None:
             await self._follow_master(self._finder)
