@@ -23,6 +23,7 @@ from workhive.plugin_manager import PluginManager
 from workhive.redaction import register_url_password
 from workhive.runtime.call_counts import COUNT_CALLS_ENV, CountingBackend
 from workhive.runtime.options import FleetOptions
+from workhive.workers import Workers
 
 if TYPE_CHECKING:
     from workhive.budgets import FleetBudgets
@@ -86,6 +87,7 @@ def open_hive(options: FleetOptions) -> Hive:
     count_into = os.environ.get(COUNT_CALLS_ENV)
     if count_into:  # benchmarks: storage calls per item (bench/waiting.py)
         hive.storage = CountingBackend(hive.storage, count_into)  # type: ignore[assignment]
+        hive.workers = Workers(hive)  # the registry's calls through it too
     return hive
 
 

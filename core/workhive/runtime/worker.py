@@ -170,6 +170,11 @@ class Worker:
         self.ended_contexts: dict[str, HandlerContext] = {}
 
     @property
+    def lanes_busy(self) -> int:
+        """Lanes running a claimed batch now (at most ``concurrency``)."""
+        return self.capacity - len(self._free_lanes)
+
+    @property
     def heartbeat_wanted(self) -> bool:
         """Whether the process beats for this worker: registered, not lost, and not given up on.
 
