@@ -66,6 +66,15 @@ async def test_one_worker_holds_every_item_with_one_claim_and_one_heartbeat_a_be
             publish()
 
         runtime.counts.publish_soon = one_round  # type: ignore[method-assign]
+        said_in_flight = asyncio.Event()
+        update_status = hive.workers.update_status
+
+        async def status_written(worker_id: str, status: Any, detail: str | None = None) -> None:
+            await update_status(worker_id, status, detail)
+            if detail == f"{ITEMS} in flight":
+                said_in_flight.set()
+
+        hive.workers.update_status = status_written  # type: ignore[method-assign]
         run = asyncio.ensure_future(runtime.run(stop_when_empty=True))
         try:
             await asyncio.wait_for(all_in_flight.wait(), BOUND)
@@ -73,11 +82,7 @@ async def test_one_worker_holds_every_item_with_one_claim_and_one_heartbeat_a_be
             await asyncio.wait_for(three_rounds.wait(), BOUND)
             [worker] = runtime.workers
 
-            async def says_in_flight() -> None:
-                while (await hive.workers.get(worker.worker_id)).detail != f"{ITEMS} in flight":
-                    await asyncio.sleep(0.01)
-
-            await asyncio.wait_for(says_in_flight(), BOUND)
+            await asyncio.wait_for(said_in_flight.wait(), BOUND)
             record = await hive.workers.get(worker.worker_id)
             listed = await hive.workers.list()
         finally:
