@@ -84,7 +84,10 @@ MAX_CLAIM = 1000
 
 
 class _Running:
-    """A claim whose handler is running: its context, and its asyncio task when the handler is async."""
+    """A claim whose handler is running: its context, and the task to cancel when the handler is async.
+
+    (The handler's own task with a timeout; otherwise its lane's, which runs the handler itself.)
+    """
 
     __slots__ = ("ctx", "item", "task")
 
@@ -117,6 +120,13 @@ async def _outcome(call: Awaitable[Any]) -> tuple[Any, BaseException | None]:
         return None, exc
 
 
+def _uncancel(task: asyncio.Future[Any] | None) -> None:
+    """A task's cancellation was handled (Python 3.11+ counts them; timeouts and task groups read the count)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
+
+
 def new_worker_id(slot: int) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-w{slot}-{uuid.uuid4().hex[:6]}"
 
@@ -136,6 +146,7 @@ class Worker:
         self._lane_freed = asyncio.Event()
         self._kick = asyncio.Event()  # an idle claim loop has something to do: settlements to send again
         self._crashed: BaseException | None = None  # a lane that raised: the worker ends with it
+        self._lanes_cancelled = False  # the grace period ran out: run() cancels every lane
         self.items_in_flight = 0  # claimed items whose lane has not ended
         self._flushes: set[asyncio.Future[None]] = set()  # completions being sent, waited for before exit
         self._flush_timer: asyncio.TimerHandle | None = None
@@ -323,6 +334,7 @@ class Worker:
             if self._lanes:
                 await asyncio.wait(set(self._lanes))
         except asyncio.CancelledError:
+            self._lanes_cancelled = True  # a cancellation a lane sees from now on is this one, not Pool.cancel
             lanes = set(self._lanes)
             for lane in lanes:
                 lane.cancel()
@@ -747,6 +759,18 @@ class Worker:
         try:
             if not rt.handler.is_async and timeout is None:
                 return await rt.handler(ctx, rt.executor)
+            if timeout is None:
+                # Without a clock to run, an async handler runs in its lane's own task: a waiting item
+                # costs its frames, not a task and a wait of its own. cancel_running cancels the lane,
+                # which is inside the handler whenever the item is in ``running``.
+                running.task = asyncio.current_task()
+                try:
+                    return await rt.handler.function(ctx)
+                except asyncio.CancelledError:
+                    if item.id not in self.cancelled or self._lanes_cancelled:
+                        raise  # the process's grace ran out: the lane ends, the item goes back unspent
+                    _uncancel(running.task)
+                    raise _CancelledByHive(f"item {item.id} was cancelled") from None
             task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
             if rt.handler.is_async:
                 running.task = task  # a sync handler's thread cannot be cancelled: it sees ctx.cancelled
