@@ -403,7 +403,8 @@ class Worker:
                 await self._wait_for_lane(CLAIM_GATHER_SECONDS, until_free=max(1, self.capacity // 4))
                 if rt.stopping:
                     break
-            want = min(MAX_CLAIM, len(self._free_lanes) * self.claim_size)
+            size = self.claim_size  # as claimed: a lane ending meanwhile may change claim_size
+            want = min(MAX_CLAIM, len(self._free_lanes) * size)
             try:
                 items = await pool.claim_many(want, self.worker_id, lease=rt.options.lease)
             except WorkhiveError as exc:
@@ -433,7 +434,7 @@ class Worker:
             if idle:
                 idle = False
                 self._status(WorkerStatus.BUSY, None)
-            self._start_lanes(items)
+            self._start_lanes(items, size)
 
     async def _wait_for_work(self) -> None:
         """Wait for the process's wake-up (work may be there, or it stops), or for settlements to send again."""
@@ -448,10 +449,14 @@ class Worker:
             kick.cancel()
             work.cancel()
 
-    def _start_lanes(self, items: list[WorkItem]) -> None:
-        """Run ``items`` in free lanes, ``claim_size`` to a lane (one item each, for handlers that wait)."""
+    def _start_lanes(self, items: list[WorkItem], size: int) -> None:
+        """Run ``items`` in free lanes, ``size`` to a lane (one item each, for handlers that wait).
+
+        ``items`` came from a claim of at most ``size`` per free lane, and lanes only come
+        free while it ran: there is a lane for every batch.
+        """
         loop = asyncio.get_running_loop()
-        size = max(1, self.claim_size)
+        size = max(1, size)
         for start in range(0, len(items), size):
             batch = items[start : start + size]
             lane = self._free_lanes.pop()
