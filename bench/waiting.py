@@ -92,8 +92,14 @@ async def drop(engine: str, name: str) -> None:
 
         r = aioredis.from_url(REDIS)
         try:
-            async for key in r.scan_iter(match=f"*bench-wait-{name}-{RUN}*", count=1000):
-                await r.delete(key)
+            batch: list[Any] = []
+            async for key in r.scan_iter(match=f"*bench-wait-{name}-{RUN}*", count=5000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    await r.unlink(*batch)
+                    batch.clear()
+            if batch:
+                await r.unlink(*batch)
         finally:
             await r.aclose()
 
@@ -276,15 +282,19 @@ def bench_arq(items: int, processes: int, concurrency: int, sleep: float, deadli
     async def enqueue() -> None:
         pool = await create_pool(RedisSettings.from_dsn(REDIS), default_queue_name=queue)
         for start in range(0, items, 50):  # arq's pool allows a few dozen connections at once
-            await asyncio.gather(*(pool.enqueue_job("arq_wait") for _ in range(start, min(items, start + 50))))
+            await asyncio.gather(
+                # ids under the queue's name, so that what is left (arq:job:<id>) is found and deleted afterwards
+                *(pool.enqueue_job("arq_wait", _job_id=f"{queue}-{i}") for i in range(start, min(items, start + 50)))
+            )
         await pool.aclose()
 
     async def clean() -> None:
         import redis.asyncio as aioredis
 
         r = aioredis.from_url(REDIS)
-        async for key in r.scan_iter(match=f"*{queue}*", count=1000):
-            await r.delete(key)
+        keys = [key async for key in r.scan_iter(match=f"*{queue}*", count=5000)]
+        for start in range(0, len(keys), 1000):
+            await r.unlink(*keys[start : start + 1000])
         await r.aclose()
 
     asyncio.run(enqueue())
