@@ -29,7 +29,8 @@ async def wait(ctx: Any) -> None:
 
 
 async def noop(ctx: Any) -> None:
-    return None
+    if not _started:
+        _note_start()
 
 
 async def arq_wait(ctx: Any) -> None:
