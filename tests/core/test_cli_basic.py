@@ -180,7 +180,7 @@ class TestErrors:
 class TestRuntimeFlags:
     def test_a_huge_fleet_is_refused_naming_the_limit(self, capsys, tmp_path) -> None:
         code, _, err = run_main(capsys, "work", "jobs", "--handler", "json:loads", "--concurrency", "1000000")
-        assert_one_line_error(code, err, "concurrency 1000000 is over the limit of 1000", "--allow-large-fleet")
+        assert_one_line_error(code, err, "concurrency 1000000 is over the limit of 20000", "--allow-large-fleet")
         assert list(tmp_path.iterdir()) == []  # refused before anything was opened
 
     def test_reap_below_the_heartbeat_is_refused_unless_forced(self, capsys, tmp_path) -> None:

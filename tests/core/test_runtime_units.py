@@ -191,7 +191,7 @@ class TestFleetBoundsAndSignature:
         "changes, message",
         [
             ({"processes": 100_000}, "processes 100000 is over the limit of 256"),
-            ({"concurrency": 1_000_000}, "concurrency 1000000 is over the limit of 1000"),
+            ({"concurrency": 1_000_000}, "concurrency 1000000 is over the limit of 20000"),
             ({"max_processes": 5000, "min_processes": 1}, "max_processes 5000 is over the limit"),
         ],
     )

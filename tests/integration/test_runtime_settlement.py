@@ -299,13 +299,14 @@ async def test_a_result_the_store_refuses_fails_its_item_and_the_rest_of_the_bat
 
 @pytest.mark.asyncio
 async def test_a_completion_storage_never_answers_is_no_longer_heartbeaten(monkeypatch):
-    """After the worker's storage-fault budget, its unanswered claim is left to expire.
+    """After the worker's storage-fault budget, its claims are left to expire; the other items in flight still finish.
 
-    Two workers each hold one item (their handlers wait for the test). The first
-    item's completion then always fails; once its worker has spent its budget (the
-    process stops, with the fault as its reason), the process's heartbeats go on
-    for the other worker, still running its item, and never again for the one
-    that gave up: its lease is left to run out. At exit the claim is given back.
+    The process's one worker holds two items (their handlers wait for the test). The
+    first item's completion then always fails; once the worker has spent its budget
+    (the process stops, with the fault as its reason), the process's heartbeat loop
+    goes round and never beats again: a heartbeat renews every lease of the worker,
+    the unanswered claim's too. The other item still completes within its lease, and
+    at exit the unanswered claim is given back.
     """
     import settle_handlers
 
@@ -320,38 +321,40 @@ async def test_a_completion_storage_never_answers_is_no_longer_heartbeaten(monke
         stuck, running = await pool.push_many([{"n": 0, "gate": "stuck"}, {"n": 1, "gate": "running"}])
         storage.plan["complete"] = ["lost*"]
         storage.only = {stuck}
-        holder: dict[str, str] = {}  # item id -> the worker that started it
+        holder: dict[str, str] = {}  # item id -> the lane that started it
         gave_up_at: list[int] = []  # how many heartbeats there were when the process said it stops
-        after: list[str] = []  # the heartbeats since then, once three rounds went by
+        rounds_since: list[int] = []  # heartbeat-loop rounds since then
         enough = asyncio.Event()
-        runtimes: list[ProcessRuntime] = []
 
         def watch(runtime: ProcessRuntime, event: list[Any]) -> None:
             if event[0] == "start":
                 holder[event[2]] = event[1]
-                if len(holder) == 2:  # one item each: now the first one may finish, and fail to
+                if len(holder) == 2:  # both running: now the first one may finish, and fail to
                     gates["stuck"].set()
             elif event[0] == "fatal":
                 gave_up_at.append(len(storage.heartbeats))
-            elif event[0] == "ran_dry":
-                enough.set()  # a worker went back to claiming: nothing more to wait for (a failure)
+            elif event[0] == "ran_dry" and storage.raised:
+                enough.set()  # the worker went back to claiming after the fault: nothing more to wait for (a failure)
 
-        def beat() -> None:
-            if enough.is_set() or not gave_up_at:
-                return
-            since = storage.heartbeats[gave_up_at[0] :]
-            if since.count(holder[running]) >= 3:
-                after.extend(since)
-                enough.set()
+        def started(runtime: ProcessRuntime) -> None:
+            publish = runtime.counts.publish_soon
 
-        storage.on_heartbeat = beat
+            def one_round() -> None:  # the heartbeat loop calls it once a round, before its beats
+                if gave_up_at:
+                    rounds_since.append(len(storage.heartbeats))
+                    if len(rounds_since) >= 4:  # three whole rounds since it gave up
+                        enough.set()
+                publish()
+
+            runtime.counts.publish_soon = one_round  # type: ignore[method-assign]
+
         task = asyncio.ensure_future(
             run(
                 hive,
                 "settle_handlers:gated",
                 stop_when_ran_dry=False,
                 on_event=watch,
-                started=runtimes.append,
+                started=started,
                 concurrency=2,
                 grace=RUN_BOUND,
             )
@@ -359,14 +362,13 @@ async def test_a_completion_storage_never_answers_is_no_longer_heartbeaten(monke
         try:
             await asyncio.wait_for(enough.wait(), RUN_BOUND)
         finally:
-            runtimes[0].request_stop(0, "the test is over")  # a no-op once the storage fault stopped it
             gates["stuck"].set()
             gates["running"].set()
             code, tally, events, _ = await task
         items = {i: await pool.get(i) for i in (stuck, running)}
     assert gave_up_at, "the worker went back to claiming instead of settling its claim"
-    assert holder[stuck] != holder[running] and after
-    assert holder[stuck] not in after  # three rounds of beats since, none for the worker that gave up
+    assert holder[stuck] != holder[running] and len(rounds_since) >= 4
+    assert storage.heartbeats[gave_up_at[0] :] == []  # rounds went by, and not one beat since it gave up
     assert code == ExitCode.FAILURE
     assert "the test's fault" in next(e for e in events if e[0] == "fatal")[2]
     assert items[running].state is ItemState.DONE and tally.done == 1

@@ -122,8 +122,8 @@ def test_quick_items_go_in_one_trip(handlers: Any, monkeypatch: pytest.MonkeyPat
     trips: list[int] = []
     original = worker_module.Worker._call_in_thread
 
-    def count(self: Any, items: Any, start: int) -> Any:
-        ran = original(self, items, start)
+    def count(self: Any, items: Any, start: int, lane: str) -> Any:
+        ran = original(self, items, start, lane)
         trips.append(len(ran))
         return ran
 
@@ -161,9 +161,9 @@ def test_an_item_given_back_before_goes_the_one_at_a_time_way(handlers: Any) -> 
     seen: list[str] = []
     original = worker_module.Worker._run_one
 
-    async def spy(self: Any, item: Any) -> None:
+    async def spy(self: Any, item: Any, lane: str) -> None:
         seen.append(item.id)
-        await original(self, item)
+        await original(self, item, lane)
 
     async def go() -> Any:
         async with workhive.open("memory://") as hive:

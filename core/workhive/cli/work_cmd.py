@@ -78,7 +78,13 @@ def _cwd_importable() -> None:
 )
 @click.option("--min-processes", type=click.IntRange(min=1), default=None, help="Scale down to this many.")
 @click.option("--max-processes", type=click.IntRange(min=1), default=None, help="Scale up to this many.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Async workers per process [1].")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Items in flight per process [1], up to 20000: one worker holds them all (one registry row, "
+    "one heartbeat a beat), so set it to what waiting work needs (an LLM call waits seconds).",
+)
 @click.option("--batch", type=click.IntRange(min=1), default=None, help="Items claimed per claim call [1].")
 @click.option("--lease", type=float, default=None, help="Seconds a claim lasts between heartbeats [60].")
 @click.option("--heartbeat", type=float, default=None, help="Seconds between heartbeats [10].")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -11,6 +12,24 @@ from workhive.cli.status_cmd import worker_health
 from workhive.models import WorkerStatus
 
 _STATUSES = [s.value for s in WorkerStatus]
+_IN_FLIGHT = re.compile(r"^(\d+) in flight$")
+
+
+def _capability(capabilities: tuple[str, ...], name: str) -> int | None:
+    """The number a ``name=N`` capability holds (a fleet worker registers ``concurrency=N``), else None."""
+    for capability in capabilities:
+        key, _, value = capability.partition("=")
+        if key == name and value.isdigit():
+            return int(value)
+    return None
+
+
+def _in_flight(status: WorkerStatus, detail: str | None) -> int | None:
+    """Items in flight as a busy fleet worker's detail says at its heartbeat (``"N in flight"``); idle: 0."""
+    if status is WorkerStatus.IDLE:
+        return 0
+    match = _IN_FLIGHT.match(detail or "") if status is WorkerStatus.BUSY else None
+    return int(match.group(1)) if match else None
 
 
 @click.command("workers")
@@ -20,7 +39,11 @@ _STATUSES = [s.value for s in WorkerStatus]
 @json_option
 @pass_cli
 def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], show_all: bool, as_json: bool) -> None:
-    """List workers: id, host, pid, pools, status, health and heartbeat age.
+    """List workers: id, host, pid, pools, status, items in flight, health and heartbeat age.
+
+    A fleet's worker process registers one worker that holds up to its
+    ``--concurrency`` items in flight; IN FLIGHT shows ``n/concurrency`` as of
+    its last heartbeat (``-`` when it does not say).
 
     Health is ``active``, ``dead`` (its process on this host is gone; `workhive reap`
     releases its items at once), ``stale`` (silent longer than reap_after; `workhive reap`
@@ -46,6 +69,8 @@ def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], sh
                     "heartbeat_age": max(0.0, now - r.last_heartbeat),
                     "registered_at": r.registered_at,
                     "detail": r.detail,
+                    "concurrency": _capability(r.capabilities, "concurrency"),
+                    "in_flight": _in_flight(r.status, r.detail),
                 }
                 for r in records
             ]
@@ -57,8 +82,11 @@ def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], sh
     if not workers:
         echo("no workers" + ("" if show_all else " running (--all includes stopped and lost ones)"))
         return
-    rows: list[tuple[Any, ...]] = [("WORKER", "HOST", "PID", "POOLS", "STATUS", "HEALTH", "HEARTBEAT")]
+    rows: list[tuple[Any, ...]] = [("WORKER", "HOST", "PID", "POOLS", "STATUS", "IN FLIGHT", "HEALTH", "HEARTBEAT")]
     for w in workers:
+        in_flight = "-" if w["in_flight"] is None else str(w["in_flight"])
+        if w["concurrency"] is not None:
+            in_flight += f"/{w['concurrency']}"
         rows.append(
             (
                 w["worker_id"],
@@ -66,6 +94,7 @@ def workers_cmd(cli: CliContext, pool: str | None, statuses: tuple[str, ...], sh
                 w["pid"],
                 ",".join(w["pools"]) or "-",
                 w["status"],
+                in_flight,
                 w["health"],
                 format_age(w["heartbeat_age"]) + " ago",
             )

@@ -66,7 +66,8 @@ class Aftermath:
     """Settles what dead worker processes held; counts what it put back and what it could not.
 
     ``child`` is the supervisor's record of a process: ``proc`` (its ``Popen``),
-    ``worker_ids``, ``running`` (worker id -> the claim it last started),
+    ``worker_ids``, ``running`` (lane -> the claim it last started; a lane is one of a worker's
+    ``concurrency`` tasks, named ``<worker id>#<n>`` in START events),
     ``alone`` (the claim last started alone), ``unreported`` (claims started
     whose outcome it never reported), ``stopped_by_us`` and ``fatal``.
     """
@@ -128,10 +129,7 @@ class Aftermath:
     async def _running_at_death(self, child: Any, budget: WaitBudget) -> list[tuple[str, int]] | None:
         """The claims the dead child was running (started there, still claimed under that token); None: unknown."""
         found: list[tuple[str, int]] = []
-        for worker_id in child.worker_ids:
-            started = child.running.get(worker_id)
-            if started is None:
-                continue
+        for started in list(child.running.values()):
             try:
                 item = await budget.call(
                     "reading an item of a dead worker", self.hive.storage.get(self.options.pool, started[0])

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HandlerContext"]
 
+#: guards the lazy making of a context's cancellation event against its setting (one lock for every context)
+_EVENTS_MADE = threading.Lock()
+
 
 class HandlerContext:
     """One item's claim as a handler sees it.
@@ -40,6 +43,7 @@ class HandlerContext:
 
     __slots__ = (
         "_cancel",
+        "_cancelled",
         "_loop",
         "_progress",
         "_steps",
@@ -77,9 +81,11 @@ class HandlerContext:
                 loop = asyncio.get_running_loop()
         self._loop = loop
         self._steps: StepJournal | None = None
-        # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out;
-        # a threading.Event so that a sync handler in the thread pool can wait on it too.
-        self._cancel = threading.Event()
+        # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out. The
+        # threading.Event a sync handler can wait on (wait_cancelled) is made only when one does: a
+        # waiting item costs its context, and an Event with its Condition and locks is ~0.9 KB.
+        self._cancelled = False
+        self._cancel: threading.Event | None = None
         # The latest ctx.progress value not yet written (the worker writes it at a heartbeat or the end).
         self._progress: dict[str, Any] | None = None
 
@@ -116,7 +122,7 @@ class HandlerContext:
         ...             return None
         ...         summarise(page)
         """
-        return self._cancel.is_set()
+        return self._cancelled
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
         """Block (a sync handler's thread) until the item is cancelled or ``timeout`` passes; True if cancelled.
@@ -125,10 +131,20 @@ class HandlerContext:
         ...     while not ctx.wait_cancelled(timeout=5.0):
         ...         poll_the_long_job()
         """
+        if self._cancel is None:
+            with _EVENTS_MADE:
+                if self._cancel is None:
+                    event = threading.Event()
+                    if self._cancelled:
+                        event.set()
+                    self._cancel = event
         return self._cancel.wait(timeout)
 
     def _cancelled_by_hive(self) -> None:
-        self._cancel.set()
+        with _EVENTS_MADE:  # against a wait_cancelled making the event in a thread right now
+            self._cancelled = True
+            if self._cancel is not None:
+                self._cancel.set()
 
     @property
     def data(self) -> Any:

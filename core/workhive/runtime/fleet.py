@@ -52,7 +52,8 @@ def check_options(options: FleetOptions) -> None:
             if isinstance(value, int) and value > limit:
                 raise ConfigError(
                     f"{name} {value} is over the limit of {limit}; if you mean it, pass --allow-large-fleet "
-                    "(allow_large_fleet=True): every process costs memory and every async worker a registry row"
+                    "(allow_large_fleet=True): every process costs tens of MB, every item in flight a few KB and, "
+                    "while its handler holds a connection, a file descriptor"
                 )
     seconds("budget_wait", options.budget_wait)
     if options.timeout is not None:

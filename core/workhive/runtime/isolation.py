@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from workhive.errors import WorkhiveError
 from workhive.models import WorkItem
@@ -71,16 +72,9 @@ class IsolationGate:
         while not ready():
             await self._changed.wait()
 
-    @contextlib.asynccontextmanager
-    async def shared(self) -> AsyncIterator[None]:
+    def shared(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Run beside other ordinary items; wait while an item runs, or waits to run, alone."""
-        await self._until(lambda: not self._exclusive and not self._waiting_exclusive)
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self._notify()
+        return _Shared(self)
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -129,15 +123,55 @@ class Suspects:
         except WorkhiveError as exc:
             log.debug("clearing the crash-suspect mark of %s failed: %s", item.id, exc)
 
-    @contextlib.asynccontextmanager
-    async def admit(self, gate: IsolationGate, item: WorkItem) -> AsyncIterator[bool]:
+    def admit(self, gate: IsolationGate, item: WorkItem) -> contextlib.AbstractAsyncContextManager[bool]:
         """Run ``item`` through ``gate``: alone if it is a suspect (yields True), else beside the others.
 
         A suspect whose block ends normally ran alone and its process lived: it is not
         the killer, and its mark is cleared (after the gate lets others run again).
         """
-        alone = await self.is_suspect(item)
-        async with gate.exclusive() if alone else gate.shared():
-            yield alone
-        if alone:
-            await self.clear(item)
+        return _Admission(self, gate, item)
+
+
+class _Shared:
+    """``IsolationGate.shared()``: a plain object, not a generator, since every item in flight holds one."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: IsolationGate) -> None:
+        self._gate = gate
+
+    async def __aenter__(self) -> None:
+        gate = self._gate
+        if gate._exclusive or gate._waiting_exclusive:
+            await gate._until(lambda: not gate._exclusive and not gate._waiting_exclusive)
+        gate.running += 1
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._gate.running -= 1
+        self._gate._notify()
+
+
+class _Admission:
+    """``Suspects.admit()``: a plain object, not a generator, since every item in flight holds one."""
+
+    __slots__ = ("_alone", "_gate", "_inner", "_item", "_suspects")
+
+    def __init__(self, suspects: Suspects, gate: IsolationGate, item: WorkItem) -> None:
+        self._suspects = suspects
+        self._gate = gate
+        self._item = item
+        self._alone = False
+        self._inner: contextlib.AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> bool:
+        self._alone = await self._suspects.is_suspect(self._item)
+        self._inner = self._gate.exclusive() if self._alone else self._gate.shared()
+        await self._inner.__aenter__()
+        return self._alone
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        assert self._inner is not None
+        await self._inner.__aexit__(*exc_info)
+        # Ended normally: a suspect that ran alone did not take its process down.
+        if self._alone and exc_info[0] is None:
+            await self._suspects.clear(self._item)

@@ -16,11 +16,14 @@ from workhive.hive import DEFAULT_STORAGE
 
 __all__ = ["FleetOptions", "FleetReport", "ExitCode", "MAX_PROCESSES", "MAX_CONCURRENCY"]
 
-#: upper bounds a fleet needs ``allow_large_fleet`` (``--allow-large-fleet``) to pass: each
-#: process costs tens of MB and each async worker a registry row, so a typo (10000 for 10) must
-#: not take the machine down or fill the registry before any work is done
+#: upper bounds a fleet needs ``allow_large_fleet`` (``--allow-large-fleet``) to pass, so that a
+#: typo (100000 for 1000) cannot take the machine down. Each process costs tens of MB. An item in
+#: flight costs a few KB of the worker's own (docs/runtime.md, bench/waiting.py) plus what its
+#: handler holds, and a descriptor while its handler has a connection open: a process raises its
+#: soft descriptor limit to fit ``concurrency`` and says so when the hard limit is lower. 20,000
+#: waiting items is ~100 MB of runtime state and ~20,000 sockets, where both start to run out.
 MAX_PROCESSES = 256
-MAX_CONCURRENCY = 1000
+MAX_CONCURRENCY = 20_000
 
 
 class ExitCode:
@@ -46,7 +49,7 @@ class FleetOptions:
     processes: int = attrs.field(factory=lambda: os.cpu_count() or 1)
     min_processes: int | None = None  # None: = processes (no scaling)
     max_processes: int | None = None
-    concurrency: int = 1  # async workers per process
+    concurrency: int = 1  # items in flight per process (one worker, one registry row per process)
     batch: int = 1  # items claimed per claim call
     lease: float = 60.0
     heartbeat: float = 10.0

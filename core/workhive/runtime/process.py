@@ -1,4 +1,4 @@
-"""A worker process: one hive, ``concurrency`` async workers, heartbeats, signals.
+"""A worker process: one hive, one worker with up to ``concurrency`` items in flight, heartbeats, signals.
 
 ``main`` is ``python -m workhive.runtime``: it reads its ``FleetOptions`` from
 stdin (EOF later means the supervisor died), sends events on ``--events-fd``,
@@ -265,6 +265,7 @@ class ProcessRuntime:
                         await worker.write_progress(running.item, running.ctx)  # at most one write a beat
                     if worker.running and cancels:
                         await worker.check_cancelled()
+                    worker.report_in_flight()
 
     async def _watch_empty(self) -> None:
         while not self.stopping:
@@ -280,9 +281,9 @@ class ProcessRuntime:
         Returns the process exit code (0 after a clean stop). The caller owns the hive.
         """
         await self._setup_credentials()
-        # One registration proves the storage works (READY); the other workers register as
-        # they start, so work begins at once however large --concurrency is.
-        self.workers = [Worker(self, slot) for slot in range(max(1, self.options.concurrency))]
+        # One worker holds every item in flight (--concurrency of them): one registry row, one
+        # heartbeat call a beat however many items wait. Its registration proves the storage works (READY).
+        self.workers = [Worker(self)]
         await self.workers[0].register()
         self.emit(ev.READY, os.getpid())
         heartbeat = asyncio.create_task(self._heartbeat_loop())
@@ -306,7 +307,7 @@ class ProcessRuntime:
             if late:
                 log.warning(
                     "%d item(s) still running after the %.0fs grace period; releasing them (no attempt spent)",
-                    len(late),
+                    sum(w.items_in_flight for w in self.workers),
                     self.options.grace,
                 )
                 for task in late:
@@ -353,6 +354,36 @@ class ProcessRuntime:
         self.not_deregistered = done.count(False)
 
 
+#: descriptors a process needs besides one per item in flight (storage connections, pipes, logs)
+SPARE_DESCRIPTORS = 256
+
+
+def fit_descriptor_limit(concurrency: int) -> str | None:
+    """Raise the soft limit on open files to fit ``concurrency`` items holding a connection each.
+
+    Returns a warning when the hard limit is too low for that (handlers that only wait
+    need no descriptor; those holding a socket would fail with "too many open files").
+    """
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    needed = concurrency + SPARE_DESCRIPTORS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        return (
+            f"--concurrency {concurrency} may need {needed} open files (one per item whose handler holds a "
+            f"connection) but this process may open {target} (ulimit -n); raise the hard limit or lower --concurrency"
+        )
+    return None
+
+
 def _all_disabled(snapshot: Any) -> bool:
     return bool(snapshot) and all(state.state == "disabled" for state in snapshot)
 
@@ -369,6 +400,9 @@ def _fatal_text(exc: WorkhiveError) -> str:
 
 async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
     loop = asyncio.get_running_loop()
+    short = fit_descriptor_limit(options.concurrency)
+    if short is not None:
+        log.warning("%s", short)
     try:
         handler = load_handler(options.handler)
         hive = open_hive(options)

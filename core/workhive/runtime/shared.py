@@ -21,7 +21,9 @@ from workhive.errors import ConfigError
 from workhive.hive import Hive
 from workhive.plugin_manager import PluginManager
 from workhive.redaction import register_url_password
+from workhive.runtime.call_counts import COUNT_CALLS_ENV, CountingBackend
 from workhive.runtime.options import FleetOptions
+from workhive.workers import Workers
 
 if TYPE_CHECKING:
     from workhive.budgets import FleetBudgets
@@ -73,7 +75,7 @@ def open_hive(options: FleetOptions) -> Hive:
 
         extra.append(("workhive-metrics", MetricsPlugin()))
     manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra)
-    return workhive.open(
+    hive = workhive.open(
         options.storage,
         locks=options.locks,
         backoff=options.backoff,
@@ -82,6 +84,11 @@ def open_hive(options: FleetOptions) -> Hive:
         max_attempts=options.max_attempts,
         reap_after=options.reap_after,
     )
+    count_into = os.environ.get(COUNT_CALLS_ENV)
+    if count_into:  # benchmarks: storage calls per item (bench/waiting.py)
+        hive.storage = CountingBackend(hive.storage, count_into)  # type: ignore[assignment]
+        hive.workers = Workers(hive)  # the registry's calls through it too
+    return hive
 
 
 def build_credentials(options: FleetOptions, hive: Hive) -> CredentialPool | None:

@@ -95,7 +95,7 @@ class _Child:
     fatal: tuple[int, str] | None = None
     config_failed: str | None = None  # why its configuration could not be written, if it could not
     worker_ids: set[str] = attrs.field(factory=set)
-    running: dict[str, tuple[str, int]] = attrs.field(factory=dict)  # worker id -> (item id, token) it last started
+    running: dict[str, tuple[str, int]] = attrs.field(factory=dict)  # lane -> (item id, token) it last started
     alone: tuple[str, int] | None = None  # the claim last started alone (a crash suspect), until another starts
     # claims started here whose outcome (done, failed, poisoned) has not been reported yet: item id -> token
     unreported: dict[str, int] = attrs.field(factory=dict)

@@ -1,11 +1,15 @@
-"""One async worker: register, claim, run the handler, complete or fail.
+"""The worker of a worker process: register once, claim for every free lane, run, complete or fail.
 
-``Worker.run`` claims items and maps each handler outcome to one storage call
-(``complete``, ``fail``, ``release``), reporting it to the item's key
-(``runtime.keys``); a crash suspect runs alone (``runtime.isolation``); calls
-storage did not answer are sent again before the worker claims more
-(``runtime.settlement``). The outcome table and the reasons:
-``docs/runtime.md``.
+A process registers one ``Worker`` (one registry row, one heartbeat a beat)
+that holds up to ``concurrency`` items in flight: ``Worker.run`` is one claim
+loop that claims (``claim_many``) as many items as it has free lanes and runs
+each claimed batch as a task of its own (a *lane*), so concurrency never means
+claimers racing for the same rows. Each handler outcome maps to one storage
+call (``complete``, batched across lanes, ``fail``, ``release``), reported to
+the item's key (``runtime.keys``); a crash suspect runs alone
+(``runtime.isolation``); calls storage did not answer are sent again before
+the worker claims more (``runtime.settlement``). The outcome table and the
+reasons: ``docs/runtime.md``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from workhive.runtime.context import HandlerContext
 from workhive.runtime.health import WorkerHealth
 from workhive.runtime.keys import KeyUse, Outcome
 from workhive.runtime.settlement import Kind, Settlement, announce, earlier_send_applied
+from workhive.storage import Cancels
 from workhive.validation import to_json
 
 if TYPE_CHECKING:
@@ -65,12 +70,24 @@ MAX_STORAGE_FAULTS = 8
 CLAIM_RETRY_MAX = 5.0
 
 #: completions are sent in one ``complete_many`` at the end of a claimed batch,
-#: or sooner once the oldest waiting one is this old (slow handlers in a batch)
+#: or sooner once the oldest waiting one is this old (slow handlers in a batch); with other
+#: lanes running, a lane's completions wait up to this long for theirs, to share one call
 ACK_FLUSH_SECONDS = 0.05
+#: ...or until this many are waiting (one call, one statement, bounded in size)
+ACK_BATCH_MAX = 500
+
+#: with items in flight, the claim loop waits up to CLAIM_GATHER_SECONDS for a quarter of its
+#: lanes to be free before it claims, so that a waiting fleet claims in batches rather than
+#: one item for each handler that returns; MAX_CLAIM bounds one claim call
+CLAIM_GATHER_SECONDS = 0.05
+MAX_CLAIM = 1000
 
 
 class _Running:
-    """A claim whose handler is running: its context, and its asyncio task when the handler is async."""
+    """A claim whose handler is running: its context, and the task to cancel when the handler is async.
+
+    (The handler's own task with a timeout; otherwise its lane's, which runs the handler itself.)
+    """
 
     __slots__ = ("ctx", "item", "task")
 
@@ -103,17 +120,39 @@ async def _outcome(call: Awaitable[Any]) -> tuple[Any, BaseException | None]:
         return None, exc
 
 
+def _uncancel(task: asyncio.Future[Any] | None) -> None:
+    """A task's cancellation was handled (Python 3.11+ counts them; timeouts and task groups read the count)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is not None:
+        uncancel()
+
+
 def new_worker_id(slot: int) -> str:
     return f"{socket.gethostname()}-{os.getpid()}-w{slot}-{uuid.uuid4().hex[:6]}"
 
 
 class Worker:
-    """The loop of one async worker inside a worker process."""
+    """The worker of one process: one registration, one claim loop, up to ``concurrency`` items in flight."""
 
-    def __init__(self, runtime: ProcessRuntime, slot: int) -> None:
+    def __init__(self, runtime: ProcessRuntime, slot: int = 0) -> None:
         self.rt = runtime
         self.slot = slot
         self.worker_id = new_worker_id(slot)
+        self.capacity = max(1, runtime.options.concurrency)
+        # Lanes: each runs one claimed batch as a task (one item, for handlers that wait). A free
+        # lane's number is reused, so the supervisor's record of what runs stays as small as the lanes.
+        self._free_lanes = list(range(self.capacity - 1, -1, -1))
+        self._lanes: set[asyncio.Task[None]] = set()
+        self._lane_freed = asyncio.Event()
+        self._kick = asyncio.Event()  # an idle claim loop has something to do: settlements to send again
+        self._crashed: BaseException | None = None  # a lane that raised: the worker ends with it
+        self._lanes_cancelled = False  # the grace period ran out: run() cancels every lane
+        self.items_in_flight = 0  # claimed items whose lane has not ended
+        self._flushes: set[asyncio.Future[None]] = set()  # completions being sent, waited for before exit
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._cancelled_count: int | None = None  # the pool's cancelled items at the last look (check_cancelled)
+        self._last_status: WorkerStatus | None = None
+        self._reported_in_flight: int | None = None  # the count the registry's detail says (report_in_flight)
         self.health = WorkerHealth(runtime.health_policy)
         self.lost = False  # set by the heartbeat when the registry says we were reaped
         self.registered = False
@@ -131,7 +170,6 @@ class Worker:
         self.unsettled: list[Settlement] = []
         self.gave_up = False  # the fault budget ran out with calls unanswered: no more heartbeats
         self._closing = False  # the last pass before deregistering: failures no longer count as faults
-        self._flushing: asyncio.Future[None] | None = None  # the shielded flush at a batch's end
         self._claim_unknown = False  # a claim's outcome was unknown: it may have taken items unseen
         # The process's event loop, for contexts built in the thread pool (a sync ctx.step calls storage there).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -143,6 +181,11 @@ class Worker:
         self.ended_contexts: dict[str, HandlerContext] = {}
         # Tokens the handlers of a thread trip reported (ctx.report_usage), by item id, for their groups' budgets.
         self.thread_usage: dict[str, float] = {}
+
+    @property
+    def lanes_busy(self) -> int:
+        """Lanes running a claimed batch now (at most ``concurrency``)."""
+        return self.capacity - len(self._free_lanes)
 
     @property
     def heartbeat_wanted(self) -> bool:
@@ -159,7 +202,7 @@ class Worker:
         fields: dict[str, Any] = {
             "worker_id": self.worker_id,
             "pools": (rt.pool.name,),
-            "capabilities": (f"handler={rt.handler.spec}", f"slot={self.slot}"),
+            "capabilities": (f"handler={rt.handler.spec}", f"concurrency={self.capacity}"),
         }
         await rt.hive.workers.register(WorkerRegistration(**fields))
         self.registered = True
@@ -203,10 +246,16 @@ class Worker:
 
         Deregistration refunds every claim the worker still holds: a completion
         that was never applied would run again, and one applied unseen would go
-        uncounted. A flush still running from a cancelled batch is waited for first.
+        uncounted. Completions still waiting to share a call are sent now, and flushes
+        still running (from a cancelled lane too) are waited for first.
         """
-        if self._flushing is not None:
-            await asyncio.wait({self._flushing})
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._acks:
+            self._start_flush()
+        if self._flushes:
+            await asyncio.wait(set(self._flushes))
         if not self.unsettled:
             return
         self._closing = True
@@ -268,6 +317,7 @@ class Worker:
         claim takes the item, instead of being renewed for as long as the process lives.
         """
         self.unsettled.extend(settlements)
+        self._kick.set()  # the claim loop sends them again before it claims, even while it waits for work
         if self._closing:  # the last pass before deregistering: the process is stopping anyway
             log.warning("worker %s: %s failed again: %s", self.worker_id, action, exc)
         elif self._storage_fault(f"{action} (to be sent again)", exc):
@@ -275,10 +325,34 @@ class Worker:
 
     # -- main loop ----------------------------------------------------------
     async def run(self) -> None:
+        """Claim and run items until the process stops; in-flight items finish first (the process bounds the wait).
+
+        Cancelled (at the end of the grace period), it cancels its lanes: their finished
+        completions are still sent (shielded), their unstarted items stay claimed and
+        deregistration gives them back unspent.
+        """
+        try:
+            await self._claim_loop()
+            if self._lanes:
+                await asyncio.wait(set(self._lanes))
+        except asyncio.CancelledError:
+            self._lanes_cancelled = True  # a cancellation a lane sees from now on is this one, not Pool.cancel
+            lanes = set(self._lanes)
+            for lane in lanes:
+                lane.cancel()
+            if lanes:
+                await asyncio.wait(lanes, timeout=1.0)
+            raise
+        if self._crashed is not None:
+            raise self._crashed
+
+    async def _claim_loop(self) -> None:
         rt = self.rt
         pool = rt.pool
         idle = True
-        while not rt.stopping:
+        if isinstance(rt.hive.storage, Cancels):
+            await self._count_cancelled()  # the baseline check_cancelled compares with
+        while not rt.stopping and self._crashed is None:
             if not self.registered:
                 try:
                     await self.register()
@@ -292,7 +366,13 @@ class Worker:
                         return
                     continue
             if self.lost:
+                # Lanes still running claims of the old id finish; their settlements are refused (reaped).
                 await self.reregister()
+            if self._claim_unknown and self._lanes:
+                # Giving back what the unknown claim took gives back all this worker holds:
+                # the lanes running now finish first (see _give_back_unknown).
+                await self._wait_for_lane(None)
+                continue
             if (self.unsettled and not await self._resettle()) or (
                 self._claim_unknown and not await self._give_back_unknown()
             ):
@@ -317,8 +397,18 @@ class Worker:
                 self.unhealthy = True
                 rt.worker_unhealthy(self)
                 return
+            if not self._free_lanes:
+                await self._wait_for_lane(None)
+                continue
+            if self._lanes and len(self._free_lanes) < max(1, self.capacity // 4):
+                # Items in flight: let more lanes come free so that one claim fills them together.
+                await self._wait_for_lane(CLAIM_GATHER_SECONDS, until_free=max(1, self.capacity // 4))
+                if rt.stopping:
+                    break
+            size = self.claim_size  # as claimed: a lane ending meanwhile may change claim_size
+            want = min(MAX_CLAIM, len(self._free_lanes) * size)
             try:
-                items = await pool.claim_many(self.claim_size, self.worker_id, lease=rt.options.lease)
+                items = await pool.claim_many(want, self.worker_id, lease=rt.options.lease)
             except WorkhiveError as exc:
                 # A storage hiccup (locked database, connection drop) passes: back off, count it
                 # against health. One that lasts (a full disk, a corrupt file) ends the process
@@ -338,14 +428,81 @@ class Worker:
                     # Before the status write: the supervisor of an --until-empty run reads the
                     # pool's counts on this hint instead of at its next periodic read.
                     rt.emit(ev.RAN_DRY, self.worker_id)
-                    self._status(WorkerStatus.IDLE, None)
-                await rt.idle.wait()
+                    if not self._lanes:
+                        self._status(WorkerStatus.IDLE, None)
+                await self._wait_for_work()
                 continue
             rt.idle.found_work()
             if idle:
                 idle = False
                 self._status(WorkerStatus.BUSY, None)
-            await self._run_batch(items)
+            self._start_lanes(items, size)
+
+    async def _wait_for_work(self) -> None:
+        """Wait for the process's wake-up (work may be there, or it stops), or for settlements to send again."""
+        if self.unsettled:
+            return
+        self._kick.clear()
+        kick = asyncio.ensure_future(self._kick.wait())
+        work = asyncio.ensure_future(self.rt.idle.wait())
+        try:
+            await asyncio.wait({kick, work}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            kick.cancel()
+            work.cancel()
+
+    def _start_lanes(self, items: list[WorkItem], size: int) -> None:
+        """Run ``items`` in free lanes, ``size`` to a lane (one item each, for handlers that wait).
+
+        ``items`` came from a claim of at most ``size`` per free lane, and lanes only come
+        free while it ran: there is a lane for every batch.
+        """
+        loop = asyncio.get_running_loop()
+        size = max(1, size)
+        for start in range(0, len(items), size):
+            batch = items[start : start + size]
+            lane = self._free_lanes.pop()
+            self.items_in_flight += len(batch)
+            task = loop.create_task(self._lane(lane, batch))
+            self._lanes.add(task)
+
+    async def _lane(self, lane: int, items: list[WorkItem]) -> None:
+        try:
+            await self._run_batch(items, f"{self.worker_id}#{lane}")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug in the runtime, not a handler's: the process stops, as it did
+            log.error("worker %s: lane %d crashed: %r", self.worker_id, lane, exc)
+            if self._crashed is None:
+                self._crashed = exc
+        finally:
+            self.items_in_flight -= len(items)
+            self._lanes.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._free_lanes.append(lane)
+            self._lane_freed.set()
+
+    async def _wait_for_lane(self, timeout: float | None, *, until_free: int = 1) -> None:
+        """Wait for lanes to end, or for the process to stop.
+
+        Without ``timeout``: until one lane ends. With it: until ``until_free`` lanes
+        are free, or ``timeout`` seconds have passed.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not (self.rt.stopping or self._crashed is not None):
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and (left <= 0 or len(self._free_lanes) >= until_free):
+                return
+            self._lane_freed.clear()
+            freed = asyncio.ensure_future(self._lane_freed.wait())
+            stop = asyncio.ensure_future(self.rt.stop_event.wait())
+            try:
+                await asyncio.wait({freed, stop}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                freed.cancel()
+                stop.cancel()
+            if timeout is None:
+                return
 
     def _storage_fault(self, action: str, exc: WorkhiveError) -> bool:
         """Count a failed storage call; True (and the process stops) once the fault has lasted.
@@ -362,8 +519,15 @@ class Worker:
             return True
         return False
 
+    def report_in_flight(self) -> None:
+        """At a heartbeat: a busy worker's registry detail says how many items it has in flight, when that changed."""
+        if self._last_status is WorkerStatus.BUSY and self.items_in_flight != self._reported_in_flight:
+            self._status(WorkerStatus.BUSY, f"{self.items_in_flight} in flight")
+
     def _status(self, status: WorkerStatus, detail: str | None) -> None:
         """Record ``status`` in the registry soon, in order, without holding up the caller."""
+        self._last_status = status
+        self._reported_in_flight = self.items_in_flight if status is WorkerStatus.BUSY and detail else None
         self._status_wanted = (status, detail)
         if self._status_writer is None or self._status_writer.done():
             self._status_writer = asyncio.get_running_loop().create_task(self._write_status())
@@ -377,9 +541,11 @@ class Worker:
             except WorkhiveError as exc:  # informational only; never stop work for it
                 log.debug("worker %s: status update failed: %s", self.worker_id, exc)
 
-    async def _run_batch(self, items: list[WorkItem]) -> None:
+    async def _run_batch(self, items: list[WorkItem], lane: str) -> None:
+        """Run a claimed batch in order in one lane (``lane``: how START events name it to the supervisor)."""
         started = time.monotonic()
         ran = 0
+        owner = self.worker_id  # re-registered under a new id: what is left of the batch was given back
         # A plain-function handler with no keys to lease runs several items per trip to the
         # thread pool (see _run_in_thread); every other case runs one item at a time.
         # With --timeout (or an item's own timeout) each item runs on its own, so that the clock runs per item.
@@ -394,7 +560,7 @@ class Worker:
             while index < len(items):
                 # On shutdown or after being reaped, unstarted items of the batch stay
                 # claimed: deregistration (or the reaper) puts them back, attempts refunded.
-                if self.rt.stopping or self.lost:
+                if self.rt.stopping or self.lost or self.worker_id != owner:
                     break
                 if self.health.pause_due:
                     # Do not sit on claims through a pause: others can run them meanwhile.
@@ -402,9 +568,9 @@ class Worker:
                         await self._release(rest, delay=0.0)
                     break
                 if in_thread and items[index].releases == 0:
-                    count = await self._run_in_thread(items, index)
+                    count = await self._run_in_thread(items, index, lane)
                 else:
-                    await self._run_one(items[index])
+                    await self._run_one(items[index], lane)
                     count = 1
                 ran += count
                 index += count
@@ -412,10 +578,18 @@ class Worker:
                     await self._flush_acks()
         finally:
             if self._acks:
-                # Shielded: a worker cancelled at the end of the grace period still sends what its
-                # handlers finished, and settle_before_exit waits for it before deregistering.
-                self._flushing = asyncio.ensure_future(self._flush_acks())
-                await asyncio.shield(self._flushing)
+                if (
+                    len(self._lanes) > 1
+                    and not self.rt.stopping
+                    and len(self._acks) < ACK_BATCH_MAX
+                    and time.monotonic() - self._oldest_ack < ACK_FLUSH_SECONDS
+                ):
+                    # Other lanes are running: their completions share the call (within ACK_FLUSH_SECONDS).
+                    self._flush_later()
+                else:
+                    # Shielded: a worker cancelled at the end of the grace period still sends what its
+                    # handlers finished, and settle_before_exit waits for it before deregistering.
+                    await asyncio.shield(self._start_flush())
         if self._adaptive and ran:
             fast = (time.monotonic() - started) / ran < FAST_HANDLER_SECONDS
             if not fast or self.health.consecutive_failures:
@@ -423,9 +597,37 @@ class Worker:
             elif len(items) == self.claim_size:
                 self.claim_size = min(ADAPTIVE_MAX_CLAIM, self.claim_size * 2)
 
+    def _start_flush(self) -> asyncio.Future[None]:
+        """Send the waiting completions now, as a task of its own that ``settle_before_exit`` waits for."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        flush = asyncio.ensure_future(self._flush_acks())
+        self._flushes.add(flush)
+        flush.add_done_callback(self._flush_ended)
+        return flush
+
+    def _flush_ended(self, flush: asyncio.Future[None]) -> None:
+        self._flushes.discard(flush)
+        if not flush.cancelled() and flush.exception() is not None:
+            # _complete turns storage errors into settlements to send again; anything else is a bug.
+            log.error("worker %s: sending completions crashed: %r", self.worker_id, flush.exception())
+
+    def _flush_later(self) -> None:
+        """Send the waiting completions once the oldest is ACK_FLUSH_SECONDS old (one timer at a time)."""
+        if self._flush_timer is None:
+            delay = max(0.0, self._oldest_ack + ACK_FLUSH_SECONDS - time.monotonic())
+            self._flush_timer = asyncio.get_running_loop().call_later(delay, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        if self._acks:
+            self._start_flush()
+
     async def _flush_acks(self) -> None:
         acks, self._acks = self._acks, []
-        await self._complete(acks)
+        if acks:
+            await self._complete(acks)
 
     async def _complete(self, acks: list[tuple[WorkItem, Any]], *, resent: bool = False) -> None:
         """Complete claims in one ``complete_many``; ``resent``: each was sent before, with no answer."""
@@ -495,14 +697,14 @@ class Worker:
         await self._fail(item, exc)
 
     # -- one item -----------------------------------------------------------
-    async def _run_one(self, item: WorkItem) -> None:
+    async def _run_one(self, item: WorkItem, lane: str) -> None:
         # An item that was running when its process died beside others runs alone here, so
         # that if it is the one that kills processes, the next death names it (see isolation).
         async with self.rt.suspects.admit(self.rt.gate, item) as alone:
             # Tell the supervisor which claim is running: if this process dies, only the
             # items running then are in question; the rest of the batch is refunded.
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
-            self.rt.emit(ev.START, self.worker_id, item.id, item.token, 1 if alone else 0)
+            self.rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
             with tracing.handling(self.rt.pool.name, item, self.worker_id):  # the item's trace goes on here
                 await self._run_claimed(item)
 
@@ -566,6 +768,18 @@ class Worker:
         try:
             if not rt.handler.is_async and timeout is None:
                 return await rt.handler(ctx, rt.executor)
+            if timeout is None:
+                # Without a clock to run, an async handler runs in its lane's own task: a waiting item
+                # costs its frames, not a task and a wait of its own. cancel_running cancels the lane,
+                # which is inside the handler whenever the item is in ``running``.
+                running.task = asyncio.current_task()
+                try:
+                    return await rt.handler.function(ctx)
+                except asyncio.CancelledError:
+                    if item.id not in self.cancelled or self._lanes_cancelled:
+                        raise  # the process's grace ran out: the lane ends, the item goes back unspent
+                    _uncancel(running.task)
+                    raise _CancelledByHive(f"item {item.id} was cancelled") from None
             task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
             if rt.handler.is_async:
                 running.task = task  # a sync handler's thread cannot be cancelled: it sees ctx.cancelled
@@ -644,13 +858,34 @@ class Worker:
         except WorkhiveError as exc:
             log.debug("worker %s: writing the progress of %s failed: %s", self.worker_id, item.id, exc)
 
+    async def _count_cancelled(self) -> bool:
+        """Read how many items of the pool are cancelled; True if that changed since the last read (or is unknown)."""
+        try:
+            count = (await self.rt.pool.stats()).cancelled
+        except WorkhiveError as exc:
+            log.debug("worker %s: counting cancelled items: %s", self.worker_id, exc)
+            self._cancelled_count = None
+            return True
+        changed = count != self._cancelled_count
+        self._cancelled_count = count
+        return changed
+
     async def check_cancelled(self) -> None:
-        """At each heartbeat: read the running claims back and stop those cancelled in storage."""
+        """At each heartbeat: stop the running claims cancelled in storage.
+
+        One count of the pool's cancelled items tells whether any was cancelled since
+        the last beat; only then are the running claims read back, one by one. (A
+        cancel and a purge or requeue of as many cancelled items within one beat hide
+        each other: that handler runs on, and its settlement is refused, as a lost claim's.)
+        """
+        if not await self._count_cancelled():
+            return
         for item_id, running in list(self.running.items()):
             try:
                 current = await self.rt.hive.storage.get(self.rt.pool.name, item_id)
             except WorkhiveError as exc:  # the next beat looks again
                 log.debug("worker %s: reading item %s back for cancellation: %s", self.worker_id, item_id, exc)
+                self._cancelled_count = None
                 return
             if (
                 current is not None
@@ -722,7 +957,7 @@ class Worker:
                 self._oldest_ack = time.monotonic()
             self._acks.append((item, result))
 
-    async def _run_in_thread(self, items: list[WorkItem], start: int) -> int:
+    async def _run_in_thread(self, items: list[WorkItem], start: int, lane: str) -> int:
         """Run ``items[start]`` and, while they are quick, the items after it, in one trip to the thread pool.
 
         For a plain-function handler each item used to cost two thread hand-offs (there
@@ -737,7 +972,7 @@ class Worker:
         loop = self._loop = asyncio.get_running_loop()
         async with rt.gate.shared():
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
-                rt.executor, self._call_in_thread, items, start
+                rt.executor, self._call_in_thread, items, start, lane
             )
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
@@ -776,7 +1011,7 @@ class Worker:
         await self._fail(item, text)
 
     def _call_in_thread(
-        self, items: list[WorkItem], start: int
+        self, items: list[WorkItem], start: int, lane: str
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
         # Runs in the thread pool: reads the stop flags, never touches the event loop itself (a sync
         # ctx.step hands its storage calls to ``self._loop`` and waits, while the loop awaits this trip).
@@ -790,7 +1025,7 @@ class Worker:
                 rt.stopping or self.lost or item.releases or rt.gate.exclusive_wanted or time.monotonic() >= until
             ):
                 break
-            rt.emit(ev.START, self.worker_id, item.id, item.token, 0)
+            rt.emit(ev.START, lane, item.id, item.token, 0)
             started = time.perf_counter()
             ctx = self._context(item, loop=loop)
             self.running[item.id] = _Running(item, ctx)  # the heartbeat may cancel it (ctx.cancelled)

@@ -1,0 +1,130 @@
+"""A process that waits (issue 31): its items in flight, not workers, are the unit of concurrency.
+
+One worker process runs in-process on a memory backend whose calls are counted
+(``CountingBackend``). Its handlers all wait on one gate, so the test sees the
+process holding every item at once, then lets them go. Nothing waits on time:
+the test steps on the heartbeat loop's rounds and on events, with a generous bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import workhive
+from workhive.models import ItemState, WorkerStatus
+from workhive.runtime.call_counts import CountingBackend
+from workhive.runtime.events import ListSink, Tally
+from workhive.runtime.options import FleetOptions
+from workhive.runtime.process import ProcessRuntime
+
+pytest.importorskip("workhive_memory")
+pytestmark = pytest.mark.usefixtures("handlers_on_path")
+
+ITEMS = 200
+BOUND = 120.0  # a run that hangs fails, it does not hang
+
+
+@pytest.mark.asyncio
+async def test_one_worker_holds_every_item_with_one_claim_and_one_heartbeat_a_beat(monkeypatch):
+    """200 items in flight: one registration, one claim, one heartbeat per round, one completion call."""
+    import settle_handlers
+
+    from workhive.runtime import worker as worker_module
+
+    # Completions wait for the last lane to end (no flush cut short by the clock), to count them.
+    monkeypatch.setattr(worker_module, "ACK_FLUSH_SECONDS", 600.0)
+    gate = asyncio.Event()
+    settle_handlers.gates = {"all": gate}
+    storage = CountingBackend(workhive.open("memory://").storage)
+    async with workhive.open(storage) as hive:  # type: ignore[arg-type]
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n, "gate": "all"} for n in range(ITEMS)])
+        started: set[str] = set()
+        all_in_flight = asyncio.Event()
+        beats_at_round: list[int] = []
+        three_rounds = asyncio.Event()
+
+        def on_event(event: list[Any]) -> None:
+            if event[0] == "start":
+                started.add(event[2])
+                if len(started) == ITEMS:
+                    all_in_flight.set()
+
+        sink = ListSink(on_event=on_event)
+        opts = FleetOptions(pool="jobs", handler="settle_handlers:gated", concurrency=ITEMS, heartbeat=0.01)
+        runtime = ProcessRuntime(opts, hive=hive, sink=sink)
+        publish = runtime.counts.publish_soon
+
+        def one_round() -> None:  # the heartbeat loop calls it once a round, before its beats
+            if all_in_flight.is_set() and not three_rounds.is_set():
+                beats_at_round.append(storage.counts["heartbeat"])
+                if len(beats_at_round) == 4:
+                    three_rounds.set()
+            publish()
+
+        runtime.counts.publish_soon = one_round  # type: ignore[method-assign]
+        said_in_flight = asyncio.Event()
+        update_status = hive.workers.update_status
+
+        async def status_written(worker_id: str, status: Any, detail: str | None = None) -> None:
+            await update_status(worker_id, status, detail)
+            if detail == f"{ITEMS} in flight":
+                said_in_flight.set()
+
+        hive.workers.update_status = status_written  # type: ignore[method-assign]
+        run = asyncio.ensure_future(runtime.run(stop_when_empty=True))
+        try:
+            await asyncio.wait_for(all_in_flight.wait(), BOUND)
+            claims_while_full = storage.counts["claim"]
+            await asyncio.wait_for(three_rounds.wait(), BOUND)
+            [worker] = runtime.workers
+
+            await asyncio.wait_for(said_in_flight.wait(), BOUND)
+            record = await hive.workers.get(worker.worker_id)
+            listed = await hive.workers.list()
+        finally:
+            gate.set()
+        code = await asyncio.wait_for(run, BOUND)
+        items = [await pool.get(i) for i in ids]
+    tally = Tally()
+    for event in sink.events:
+        tally.apply(event)
+    assert code == 0 and tally.done == ITEMS
+    assert all(item.state is ItemState.DONE for item in items)
+    # One registry row for the whole process, saying how much it holds.
+    assert [r.worker_id for r in listed] == [worker.worker_id] and storage.counts["register_worker"] == 1
+    assert record.status is WorkerStatus.BUSY and f"concurrency={ITEMS}" in record.capabilities
+    # Every item came with the first claim: no claimers racing, no claim per item.
+    assert claims_while_full == 1
+    # Each round of the heartbeat loop made exactly one heartbeat call, for all 200 leases.
+    assert [b - beats_at_round[0] for b in beats_at_round] == [0, 1, 2, 3]
+    assert {item.claimed_by for item in items} == {worker.worker_id}
+    # The 200 completions went in one call, as did their START events' claims.
+    assert storage.counts["complete"] == 1
+
+
+@pytest.mark.asyncio
+async def test_a_lane_ending_lets_the_claim_loop_fill_it_again():
+    """Concurrency 3 over 10 items whose handlers return at once: all done, never more than 3 lanes running.
+
+    (A lane may hold a batch: with fast handlers the claim size doubles, as it did per worker.)
+    """
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n} for n in range(10)])
+        in_flight: list[int] = []
+        runtime: ProcessRuntime
+
+        def on_event(event: list[Any]) -> None:
+            if event[0] == "start":
+                in_flight.append(runtime.workers[0].lanes_busy)
+
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=3)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink(on_event=on_event))
+        code = await asyncio.wait_for(runtime.run(stop_when_empty=True), BOUND)
+        items = [await pool.get(i) for i in ids]
+    assert code == 0 and all(item.state is ItemState.DONE for item in items)
+    assert len(in_flight) == 10 and max(in_flight) <= 3
