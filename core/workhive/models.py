@@ -71,8 +71,8 @@ class WorkerStatus(str, enum.Enum):
 class Job:
     """Data plus per-item options, for ``Pool.push_many``.
 
-    >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1", group="tenant-42")
-    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1', timeout=None, group='tenant-42')
+    >>> Job({"prompt": "hi"}, priority=5, dedup_key="doc-1", group="t-42")
+    Job(data={'prompt': 'hi'}, priority=5, delay=0.0, max_attempts=None, dedup_key='doc-1', timeout=None, group='t-42')
     """
 
     data: Any

@@ -221,7 +221,13 @@ class Pool:
             carried = tracing.headers()
             new = [
                 self._new_item(
-                    i.data, i.priority, i.delay, i.max_attempts, i.dedup_key, i.timeout, group if i.group is None else i.group
+                    i.data,
+                    i.priority,
+                    i.delay,
+                    i.max_attempts,
+                    i.dedup_key,
+                    i.timeout,
+                    group if i.group is None else i.group,  # a Job's own group wins, even a bad one
                 )
                 if isinstance(i, Job)
                 else NewItem(envelope.seal(to_json(i), carried), 0, 0.0, attempts, None, group)
@@ -686,7 +692,8 @@ class Pool:
         """
         backend = self._grouping()
         group = check_group(group)
-        await backend.pause_group(self.name, group, None if seconds is None else check_positive("pause seconds", seconds))
+        until = None if seconds is None else check_positive("pause seconds", seconds)
+        await backend.pause_group(self.name, group, until)
 
     async def groups(self) -> GroupReport:
         """Every group with live items or settings of its own: weights, limits, pauses and counts.

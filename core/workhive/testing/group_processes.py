@@ -127,9 +127,7 @@ async def drain_groups_in_processes(
         )
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(processes, mp_context=context) as executor:
-            futures = [
-                executor.submit(_drain, url, options, str(signals), f"mp-{n}", fleet) for n in range(processes)
-            ]
+            futures = [executor.submit(_drain, url, options, str(signals), f"mp-{n}", fleet) for n in range(processes)]
             loop = asyncio.get_running_loop()
             for n in range(processes):
                 await loop.run_in_executor(None, _wait_for, signals / f"ready-mp-{n}", f"worker process {n} to open")

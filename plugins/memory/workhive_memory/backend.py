@@ -29,6 +29,8 @@ import attrs
 from workhive.errors import ConfigError
 from workhive.models import (
     Ack,
+    GroupReport,
+    GroupStats,
     ItemState,
     NewItem,
     PoolStats,
@@ -163,9 +165,11 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         all_items = index.items
         pending = index.pending
         dedup = index.dedup
-        ready_add = index.ready.add
+        ready_add = index.ready.add if index.groups is None else index.groups.add_ready
         seq = store.seq
         for new in items:
+            if new.group is not None and index.groups is None:
+                ready_add = index.grouping().add_ready  # the pool's first group: turns from now on
             key = new.dedup_key
             if key is not None:
                 existing = dedup.get(key)
@@ -195,9 +199,15 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         now = self._clock()
         if (index.delayed and index.delayed[0][0] <= now) or (index.leases and index.leases[0][0] <= now):
             self._advance(index, now)
-        ready = index.ready
-        if not ready.size:
-            return []
+        groups = index.groups
+        if groups is None:
+            ready = index.ready
+            if not ready.size:
+                return []
+            pop = ready.pop
+        else:  # turns, weights, limits and pauses (GR2-GR8): workhive_memory.groups
+            groups.prepare(now)
+            pop = groups.pop
         held = self._held.get(worker_id)
         if held is None:
             held = self._held[worker_id] = {}
@@ -206,7 +216,6 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         expires = now + lease
         leases = index.leases
         out: list[WorkItem] = []
-        pop = ready.pop
         while len(out) < limit:
             rec = pop()
             if rec is None:
@@ -245,6 +254,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
                     None,
                     None,
                     rec.releases,
+                    rec.group,
                 )
             )
         if len(leases) > index.compact_at:
@@ -261,6 +271,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         claimed = index.claimed
         done = index.done
         dedup = index.dedup
+        groups = index.groups
         out: list[bool] = []
         for ack in acks:
             rec = items.get(ack.item_id)
@@ -274,6 +285,8 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             worker = held.get(rec.claimed_by)  # type: ignore[arg-type]
             if worker is not None:
                 worker.pop(rec, None)
+            if groups is not None:
+                groups.unheld(rec)  # its slot is free (GR6, GR7)
             del claimed[rec.id]
             done[rec.id] = rec
             rec.state = DONE
@@ -283,6 +296,8 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             if rec.dedup_key is not None and dedup.get(rec.dedup_key) is rec:
                 del dedup[rec.dedup_key]
             out.append(True)
+        if groups is not None and self._store.waiters.get(pool):
+            self._wake(pool)  # a freed slot may let a waiting worker claim
         return out
 
     async def complete_and_claim(
@@ -497,6 +512,57 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             cancelled=len(by_state[CANCELLED]),
         )
 
+    # -- groups (ServesGroups, rules GR1-GR9; the turns are in groups.py) --------
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        self._pool(pool).grouping().set_weight(group, weight)
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        index = self._pool(pool)
+        self._advance(index, self._clock())  # expired claims hold no slot
+        index.grouping().set_limit(group, limit)
+        if self._store.waiters.get(pool):
+            self._wake(pool)
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        index = self._pool(pool)
+        index.grouping().pool_limit = limit
+        if self._store.waiters.get(pool):
+            self._wake(pool)
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        index = self._pool(pool)
+        index.grouping().pause(group, None if seconds is None else self._clock() + seconds)
+        if seconds is None and self._store.waiters.get(pool):
+            self._wake(pool)
+
+    async def group_report(self, pool: str) -> GroupReport:
+        index = self._store.pools.get(pool)
+        if index is None:
+            return GroupReport(pool, None, None, ())
+        now = self._clock()
+        self._advance(index, now)  # expired claims are ready (or poisoned), never in flight
+        groups = index.groups
+        counts: dict[str | None, list[int]] = {}  # group -> [in flight, ready, waiting]
+        for rec in index.claimed.values():
+            counts.setdefault(rec.group, [0, 0, 0])[0] += 1
+        for rec in index.pending.values():
+            counts.setdefault(rec.group, [0, 0, 0])[1 if rec.available_at <= now else 2] += 1
+        if groups is None:  # only ungrouped items, no settings
+            ungrouped = tuple(GroupStats(None, 1.0, None, c[0], c[1], c[2]) for c in counts.values())
+            return GroupReport(pool, None, None, ungrouped)
+        names = set(counts) | {name for name, state in groups.groups.items() if groups.has_settings(state, now)}
+        shown = []
+        for name in sorted(names, key=lambda n: (n is not None, n or "")):
+            state = groups.groups.get(name)
+            weight, limit, paused = 1.0, None, None
+            if state is not None:
+                weight = 1.0 if state.weight is None else state.weight
+                limit = state.limit
+                paused = state.paused_until if state.paused_until is not None and state.paused_until > now else None
+            flying, ready, waiting = counts.get(name, (0, 0, 0))
+            shown.append(GroupStats(name, weight, limit, flying, ready, waiting, paused))
+        return GroupReport(pool, groups.pool_limit, groups.default_limit, tuple(shown))
+
     async def pools(self) -> list[str]:
         return sorted(name for name, index in self._store.pools.items() if index.items)
 
@@ -504,7 +570,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         index = self._store.pools.get(pool)
         now = self._clock()
         if index is not None:
-            if index.ready.size:
+            if index.ready.size if index.groups is None else index.groups.has_ready(now):
                 return
             soon = index.claimable_soon()
             if soon is not None:

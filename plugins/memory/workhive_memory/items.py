@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from workhive.models import ItemState, NewItem, WorkItem
+from workhive_memory.groups import GroupIndex
 
 __all__ = ["ItemRecord", "PoolIndex"]
 
@@ -42,6 +43,7 @@ class ItemRecord:
         "dedup_key",
         "error",
         "finished_at",
+        "group",
         "id",
         "lease_expires_at",
         "lease_seconds",
@@ -64,6 +66,7 @@ class ItemRecord:
         self.priority = new.priority
         self.max_attempts = new.max_attempts
         self.dedup_key = new.dedup_key
+        self.group = new.group
         self.state = PENDING
         self.attempts = 0
         self.token = 0
@@ -98,6 +101,7 @@ class ItemRecord:
             self.result_payload,
             self.finished_at,
             self.releases,
+            self.group,
         )
 
 
@@ -173,6 +177,16 @@ class ReadyQueue:
                 return True
         return False
 
+    def top_priority(self) -> int | None:
+        """The highest priority of a ready item, or None when empty (forgets emptied levels on the way)."""
+        priorities = self._priorities
+        while priorities:
+            level = self._levels[-priorities[0]]
+            if level.fifo or level.heap:
+                return -priorities[0]
+            del self._levels[-heapq.heappop(priorities)]
+        return None
+
     def earliest(self) -> float | None:
         """The smallest ``available_at`` of any ready item: each level's deque is sorted, its heap a heap."""
         heads = [entry[0][0] for level in self._levels.values() for entry in (level.fifo, level.heap) if entry]
@@ -203,7 +217,9 @@ class PoolIndex:
     O(1) counts and moves; DONE and POISONED are thereby in finishing order,
     which ``purge`` walks from the front); ``ready`` holds PENDING items whose
     time has come, ``delayed`` those still waiting, ``leases`` CLAIMED items by
-    expiry.
+    expiry. Once the pool sees a group or a group setting, ``groups`` holds a
+    queue per group (``ready`` stays the ungrouped items' queue) and the turns;
+    until then it is None and claims take from ``ready`` alone.
     """
 
     __slots__ = (
@@ -213,6 +229,7 @@ class PoolIndex:
         "dedup",
         "delayed",
         "done",
+        "groups",
         "items",
         "lease_counter",
         "leases",
@@ -235,9 +252,32 @@ class PoolIndex:
         self.leases: list[LeaseEntry] = []
         self.lease_counter = 0
         self.compact_at = _COMPACT_FLOOR
+        self.groups: GroupIndex | None = None
+
+    def grouping(self) -> GroupIndex:
+        """The pool's groups, made on first use (a grouped push or a group setting)."""
+        if self.groups is None:
+            self.groups = GroupIndex(ReadyQueue, self.ready, len(self.claimed))
+        return self.groups
+
+    def add_ready(self, rec: ItemRecord, available_at: float) -> None:
+        """Queue a PENDING ``rec`` that is due, in its group's queue."""
+        if self.groups is None:
+            if rec.group is None:
+                self.ready.add(rec, available_at)
+                return
+            self.grouping()
+        self.groups.add_ready(rec, available_at)  # type: ignore[union-attr]
+
+    def ready_size(self) -> int:
+        if self.groups is None:
+            return self.ready.size
+        return sum(state.queue.size for state in self.groups.groups.values())
 
     # -- moving between states ---------------------------------------------
     def move(self, rec: ItemRecord, state: ItemState) -> None:
+        if rec.state is CLAIMED and self.groups is not None:
+            self.groups.unheld(rec)
         del self.by_state[rec.state][rec.id]
         self.by_state[state][rec.id] = rec
         rec.state = state
@@ -246,7 +286,7 @@ class PoolIndex:
         """Put ``rec`` (already PENDING) into the heap it belongs to."""
         rec.available_at = available_at
         if available_at <= now:
-            self.ready.add(rec, available_at)
+            self.add_ready(rec, available_at)
         else:
             heapq.heappush(self.delayed, (available_at, rec.seq, rec))
 
@@ -282,7 +322,8 @@ class PoolIndex:
 
     def withdraw(self, rec: ItemRecord) -> None:
         """Take a PENDING ``rec`` out of the ready queue or the delayed heap (before it is cancelled)."""
-        if not self.ready.remove(rec):
+        taken = self.ready.remove(rec) if self.groups is None else self.groups.remove_ready(rec)
+        if not taken:
             self.delayed = [entry for entry in self.delayed if entry[2] is not rec]
             heapq.heapify(self.delayed)
 
@@ -303,10 +344,10 @@ class PoolIndex:
         """
         delayed = self.delayed
         if delayed and delayed[0][0] <= now:
-            ready = self.ready
+            add = self.ready.add if self.groups is None else self.groups.add_ready
             while delayed and delayed[0][0] <= now:
                 at, _, rec = heapq.heappop(delayed)
-                ready.add(rec, at)
+                add(rec, at)
         leases = self.leases
         expired: list[tuple[ItemRecord, str | None]] = []
         while leases and leases[0][0] <= now:
@@ -329,6 +370,8 @@ class PoolIndex:
     def claimable_soon(self) -> float | None:
         """The earliest time at which a delayed item or an expired lease becomes claimable."""
         times = [h[0][0] for h in (self.delayed, self.leases) if h]
+        if self.groups is not None and self.groups.pauses:
+            times.append(self.groups.pauses[0][0])  # a pause that ends lets its group's items be claimed
         return min(times) if times else None
 
     def in_state(self, state: ItemState) -> Iterator[ItemRecord]:
@@ -340,7 +383,9 @@ class PoolIndex:
         Not the first ready record in pending order: a delayed item pushed
         early comes due late, after items pushed later but ready at once.
         """
-        return self.ready.earliest()
+        if self.groups is None:
+            return self.ready.earliest()
+        return min((t for g in self.groups.groups.values() if (t := g.queue.earliest()) is not None), default=None)
 
 
 def _lease_valid(entry: LeaseEntry) -> bool:

@@ -223,7 +223,7 @@ class GroupRules(ContractBase):
         renewed = await pool.claim_many(5, "w1", lease=lease * 100)
         assert _groups(renewed) == ["a", "a"]
         await pool.set_group_limit("a", 1)  # lowered below the 2 in flight: nothing is taken back
-        assert all((await pool.get(item.id)).state is ItemState.CLAIMED for item in renewed)
+        assert [(await pool.get(item.id)).state for item in renewed] == [ItemState.CLAIMED] * 2
         assert await pool.claim("w1") is None
         await pool.complete(renewed[0])
         assert await pool.claim("w1") is None, "1 claim of a is still in flight: a is at its lowered limit"
@@ -247,7 +247,8 @@ class GroupRules(ContractBase):
         claimed = await pool.claim_many(20, "w1", lease=lease * 100)
         assert Counter(_groups(claimed)) == {"x": 1, "y": 1, "big": 3, None: 4}
         await pool.set_default_group_limit(None)
-        assert Counter(_groups(await pool.claim_many(20, "w1", lease=lease * 100))) == {"x": 3, "y": 3, "big": 0}
+        rest = await pool.claim_many(20, "w1", lease=lease * 100)
+        assert Counter(_groups(rest)) == {"x": 3, "y": 3}  # big stays at its own limit of 3
 
     @pytest.mark.asyncio
     async def test_group_and_pool_limits_hold_under_concurrent_tasks(self, hive: Hive, lease: float) -> None:
@@ -334,9 +335,7 @@ class GroupRules(ContractBase):
 
     # -- GR8 ------------------------------------------------------------------
     @pytest.mark.asyncio
-    async def test_a_paused_group_waits_and_resumes(
-        self, hive: Hive, clock: ManualClock | None, lease: float
-    ) -> None:
+    async def test_a_paused_group_waits_and_resumes(self, hive: Hive, clock: ManualClock | None, lease: float) -> None:
         """[GR8] claims skip a paused group until backend now + seconds; its items wait unharmed; None resumes."""
         self.needs_groups(hive)
         pool = hive.pool("jobs")
