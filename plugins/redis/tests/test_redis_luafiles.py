@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from workhive_redis.keys import ITEM_FIELDS, LOCK_FIELDS, VERSION_FIELDS, WORKER_FIELDS
+from workhive_redis.keys import GROUP_FIELDS, GROUP_POOL_FIELDS, ITEM_FIELDS, LOCK_FIELDS, VERSION_FIELDS, WORKER_FIELDS
 from workhive_redis.luafiles import load_scripts
 
 PACKAGE = Path(str(resources.files("workhive_redis")))
@@ -114,13 +114,24 @@ def test_the_pool_prefix_is_derived_by_one_named_helper() -> None:
             assert '--- @include "ready"' in text, f"{path.name} calls pool_base without including ready"
 
 
-LEGENDS = {"item": ITEM_FIELDS, "worker": WORKER_FIELDS, "lock": LOCK_FIELDS, "version": VERSION_FIELDS}
+LEGENDS = {
+    "item": ITEM_FIELDS,
+    "worker": WORKER_FIELDS,
+    "lock": LOCK_FIELDS,
+    "version": VERSION_FIELDS,
+    "group": GROUP_FIELDS,
+    "group pool": GROUP_POOL_FIELDS,
+}
 
 
 def _kind(script: str, target: str) -> str | None:
     """Which hash a command's target is: by its key expression, else by the script it is in."""
     if target == "item" or "'i:'" in target:
         return "item"
+    if target == "state" or "'g:'" in target:
+        return "group"
+    if "'gpool'" in target:
+        return "group pool"
     if script.startswith("lock_"):
         return "lock"
     if script in _WORKER_SCRIPTS:

@@ -38,6 +38,8 @@ from workhive.errors import (
 from workhive.ids import is_item_id
 from workhive.models import (
     Ack,
+    GroupReport,
+    GroupStats,
     ItemState,
     NewItem,
     PoolStats,
@@ -74,6 +76,10 @@ _WORKER_STATES = {s.value: s for s in WorkerStatus}
 
 def _f(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _num(value: float) -> str:
@@ -248,11 +254,11 @@ class RedisStorage:
             return []
         expires = float(reply[start])
         items = []
-        for i in range(start + 1, len(reply), 11):
-            r = reply[i : i + 11]
+        for i in range(start + 1, len(reply), 12):
+            r = reply[i : i + 12]
             item = WorkItem(
                 r[0], pool, r[1], ItemState.CLAIMED, int(r[2]), int(r[3]), int(r[4]), int(r[5]),
-                float(r[6]), float(r[7]), worker_id, expires, lease, r[8], r[9], None, None, int(r[10]),
+                float(r[6]), float(r[7]), worker_id, expires, lease, r[8], r[9], None, None, int(r[10]), group=r[11],
             )  # fmt: skip
             items.append(item)
         return items
@@ -262,7 +268,7 @@ class RedisStorage:
         return WorkItem(
             item_id, pool, h["p"], _STATES[h["st"]], int(h["pr"]), int(h["at"]), int(h["ma"]), int(h["tk"]),
             float(h["ca"]), float(h["aa"]), h.get("cb"), _f(h.get("le")), _f(h.get("ls")), h.get("dk"),
-            h.get("er"), h.get("rs"), _f(h.get("fa")), int(h.get("rl", 0)),
+            h.get("er"), h.get("rs"), _f(h.get("fa")), int(h.get("rl", 0)), group=h.get("gr"),
         )  # fmt: skip
 
     # -- items --------------------------------------------------------------
@@ -280,6 +286,7 @@ class RedisStorage:
             args: list[Any] = [self._off(), number, k.wake]
             for new in items[start : start + BATCH]:
                 args += (new.payload, new.priority, _num(new.delay), new.max_attempts, new.dedup_key or "")
+                args.append(new.group or "")
             batch.append(("EVALSHA", self._client.scripts["push"].sha, len(keys), *keys, *args))
         # Chunks run one after another on the server, so a dedup key repeated
         # across chunks still finds the item an earlier chunk pushed.
@@ -397,9 +404,9 @@ class RedisStorage:
         k = self._pk(pool)
         await self.stats(pool)  # settles expired leases and due items first
         if state is ItemState.PENDING:
-            ranges = [("ZRANGE", k.ready, 0, -1), ("ZRANGE", k.delayed, 0, -1)]
+            ranges = [("ZRANGE", k.ready, 0, -1), ("ZRANGE", k.gready, 0, -1), ("ZRANGE", k.delayed, 0, -1)]
             replies = await self._client.pipeline(ranges, write=False)
-            ids = [member[14:] for member in replies[0]] + list(replies[1])
+            ids = [member[14:] for member in replies[0] + replies[1]] + list(replies[2])
         else:
             index = {
                 ItemState.CLAIMED: k.leases,
@@ -498,6 +505,44 @@ class RedisStorage:
         reply = list(await self._client.run("cancel", (k.ready, k.cancelled), (self._off(), *valid))) if valid else []
         found = dict(zip(valid, reply))
         return [_STATES[found[i]] if found.get(i) else None for i in item_ids]
+
+    # -- groups (workhive.storage.ServesGroups, rules GR1-GR9; lua/includes/groups.lua) --
+    async def _group_set(self, pool: str, what: str, group: str | None, value: str) -> None:
+        await self._client.run("group_set", (self._pk(pool).ready,), (self._off(), what, group or "", value))
+
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        """Group ``group``'s share of claims while backlogged (default 1)."""
+        await self._group_set(pool, "weight", group, _num(weight))
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims of ``group`` (None: every named group's default; limit None: none)."""
+        value = "" if limit is None else str(int(limit))
+        await self._group_set(pool, "default" if group is None else "limit", group, value)
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims in the pool (None: no limit)."""
+        await self._group_set(pool, "pool", None, "" if limit is None else str(int(limit)))
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        """Claims skip ``group`` until the server's now + ``seconds``; None resumes it."""
+        await self._group_set(pool, "pause", group, "" if seconds is None else _num(seconds))
+
+    async def group_report(self, pool: str) -> GroupReport:
+        """The pool's limits and every group with a live item or a setting of its own, counted now."""
+        r = await self._client.run("group_report", (self._pk(pool).ready,), (self._off(),))
+        groups = tuple(
+            GroupStats(
+                group=r[i] or None,
+                weight=float(r[i + 1]),
+                limit=_int(r[i + 2]),
+                in_flight=int(r[i + 3]),
+                ready=int(r[i + 4]),
+                waiting=int(r[i + 5]),
+                paused_until=_f(r[i + 6]),
+            )
+            for i in range(2, len(r), 7)
+        )
+        return GroupReport(pool=pool, pool_limit=_int(r[0]), default_limit=_int(r[1]), groups=groups)
 
     async def pools(self) -> list[str]:
         names = sorted(await self._client.command("HKEYS", self.keys.pools))

@@ -14,6 +14,9 @@ With prefix ``workhive``::
     {workhive/<pool>}:i:<id>     an item (hash)
     {workhive/<pool>}:held:<w>   the items a worker holds in the pool
     {workhive/<pool>}:steps:<id> an item's durable steps (hash: step key -> STEP_RECORD; goes with the item)
+    {workhive/<pool>}:g:<group>  a group's settings and turn (GROUP_FIELDS); gpool: the pool's (GROUP_POOL_FIELDS)
+    {workhive/<pool>}:gr:<group> its ready items; gl:<group> its claims; gq:<p>, gqp, gready, gpaused,
+                                 gfull, gpl, gwait, gknown: the turn index and counts (lua/includes/groups.lua)
 
 Redis Cluster hashes only the part in braces, so a pool's keys share a slot
 and every pool script touches one slot; the hive-wide keys share another.
@@ -23,7 +26,17 @@ the core; the prefix by ``url.py``), so no name can move a key to another slot.
 
 from __future__ import annotations
 
-__all__ = ["ITEM_FIELDS", "LOCK_FIELDS", "STEP_RECORD", "VERSION_FIELDS", "WORKER_FIELDS", "HiveKeys", "PoolKeys"]
+__all__ = [
+    "GROUP_FIELDS",
+    "GROUP_POOL_FIELDS",
+    "ITEM_FIELDS",
+    "LOCK_FIELDS",
+    "STEP_RECORD",
+    "VERSION_FIELDS",
+    "WORKER_FIELDS",
+    "HiveKeys",
+    "PoolKeys",
+]
 
 #: an item's hash, ``{prefix/pool}:i:<id>``: field -> the ``WorkItem`` attribute it holds
 ITEM_FIELDS = {
@@ -43,6 +56,24 @@ ITEM_FIELDS = {
     "rs": "result (JSON text, once done)",
     "fa": "finished_at: when it became done, poisoned or cancelled",
     "rl": "releases: claims given back without spending an attempt",
+    "gr": "group: the group (tenant) it belongs to (absent when ungrouped)",
+}
+
+#: a group's hash, ``{prefix/pool}:g:<group>`` (lua/includes/groups.lua): field -> what it holds
+GROUP_FIELDS = {
+    "w": "weight: its share of claims while backlogged (absent: 1)",
+    "l": "limit: its own cap on unexpired claims (absent: the pool's default, if any)",
+    "pu": "paused_until: claims skip it until then (server seconds)",
+    "vt": "virtual time: the turn order (smallest first); a claim adds 1/weight",
+    "ix": "the priority at which it sits in the turn index (absent: not in it)",
+    "pk": "parked out of the index: 'p' paused (gpaused), 'l' at its limit (gfull)",
+}
+
+#: the pool's groups hash, ``{prefix/pool}:gpool``: field -> what it holds (the pool limit is the key ``gpl``)
+GROUP_POOL_FIELDS = {
+    "vt": "the pool's virtual time: the vt of the latest group served",
+    "uvt": "the ungrouped items' virtual time (they take turns as one group of weight 1)",
+    "dl": "default limit of every named group without its own",
 }
 
 #: a durable step's value in ``{prefix/pool}:steps:<id>`` (step_put-2.lua): its parts, tab-separated, in order
@@ -95,6 +126,7 @@ class PoolKeys:
         "dedup",
         "delayed",
         "done",
+        "gready",
         "leases",
         "n",
         "ready",
@@ -107,6 +139,7 @@ class PoolKeys:
         base = self.base = f"{{{prefix}/{pool}}}:"
         self.ready = base + "ready"
         self.delayed = base + "delayed"
+        self.gready = base + "gready"  # every grouped ready item (lua/includes/groups.lua)
         self.leases = base + "leases"
         self.done = base + "done"
         self.dead = base + "dead"

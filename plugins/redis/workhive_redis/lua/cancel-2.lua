@@ -23,7 +23,7 @@ local out = {}
 for i = 2, #ARGV do
   local id = ARGV[i]
   local item = base .. 'i:' .. id
-  local f = redis.call('HMGET', item, 'st', 'aa', 'cb')
+  local f = redis.call('HMGET', item, 'st', 'aa', 'cb', 'gr')
   local state = f[1]
   if not state then
     out[#out + 1] = ''
@@ -31,13 +31,20 @@ for i = 2, #ARGV do
     out[#out + 1] = state
     if state == 'pending' or state == 'claimed' then
       if state == 'pending' then
-        redis.call('ZREM', KEYS[1], ready_member(tonumber(f[2]), id))
-        redis.call('ZREM', base .. 'delayed', id)
+        if f[4] then
+          group_ready_remove(base, f[4], ready_member(tonumber(f[2]), id))
+        else
+          redis.call('ZREM', KEYS[1], ready_member(tonumber(f[2]), id))
+        end
+        if redis.call('ZREM', base .. 'delayed', id) == 1 and f[4] then
+          group_wait(base, f[4], -1)
+        end
       else
         redis.call('ZREM', base .. 'leases', id)
         if f[3] then
           redis.call('SREM', base .. 'held:' .. f[3], id)
         end
+        claim_freed(base, f[4], id)
       end
       redis.call('HSET', item, 'st', 'cancelled', 'fa', num(now))
       redis.call('HDEL', item, 'le', 'ls')

@@ -15,7 +15,7 @@
   ARGV[7] lease seconds
 
   Returns 0 when the ack was refused (nothing changed); else 1 followed by
-  what claim() returns.
+  what claim() returns (claim.lua: turns, group and pool limits).
 ]]
 --- @include "clock"
 --- @include "ready"

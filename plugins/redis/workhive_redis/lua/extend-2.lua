@@ -23,4 +23,8 @@ end
 local expires = num(now + tonumber(ARGV[4]))
 redis.call('HSET', item, 'le', expires, 'ls', num(tonumber(ARGV[4])))
 redis.call('ZADD', KEYS[2], expires, ARGV[2])
+local group = redis.call('HGET', item, 'gr')
+if group then -- the group counts the claim in flight until the new expiry
+  redis.call('ZADD', base .. 'gl:' .. group, expires, ARGV[2])
+end
 return expires

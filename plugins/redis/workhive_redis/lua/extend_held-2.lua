@@ -16,12 +16,15 @@ local base = ARGV[3]
 local count = 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   local item = base .. 'i:' .. id
-  local f = redis.call('HMGET', item, 'st', 'cb', 'le', 'ls')
+  local f = redis.call('HMGET', item, 'st', 'cb', 'le', 'ls', 'gr')
   if f[1] == 'claimed' and f[2] == ARGV[2] then
     if tonumber(f[3]) > now then
       local expires = num(now + tonumber(f[4]))
       redis.call('HSET', item, 'le', expires)
       redis.call('ZADD', KEYS[1], expires, id)
+      if f[5] then -- the group counts the claim in flight until the new expiry
+        redis.call('ZADD', base .. 'gl:' .. f[5], expires, id)
+      end
       count = count + 1
     end
   else

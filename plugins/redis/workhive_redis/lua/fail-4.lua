@@ -27,7 +27,7 @@ if not holds(item, ARGV[3], now) then
   return 0
 end
 finish_claim(base, item, id)
-local f = redis.call('HMGET', item, 'at', 'ma', 'pr')
+local f = redis.call('HMGET', item, 'at', 'ma', 'pr', 'gr')
 if ARGV[6] == '1' or tonumber(f[1]) >= tonumber(f[2]) then
   poison(base, item, id, ARGV[4], now)
   return 'poisoned'
@@ -35,7 +35,7 @@ end
 local available_at = now + tonumber(ARGV[5])
 redis.call('HSET', item, 'st', 'pending', 'er', ARGV[4], 'aa', num(available_at))
 redis.call('HDEL', item, 'cb', 'le', 'ls')
-if enqueue(base, id, tonumber(f[3]), available_at, now) then
+if enqueue(base, id, tonumber(f[3]), available_at, now, f[4]) then
   redis.call('PUBLISH', ARGV[7], '1')
 end
 return 'pending'

@@ -9,7 +9,7 @@
   ARGV[1] clock offset
   ARGV[2] the pool's number (allocated once by pool_index-2.lua)
   ARGV[3] the pool's wake channel
-  ARGV[4..] five per item: payload, priority, delay, max_attempts, dedup_key ('' = none)
+  ARGV[4..] six per item: payload, priority, delay, max_attempts, dedup_key ('' = none), group ('' = none)
 
   Returns the ids: "i" + 6 hex digits of the pool's number + 10 of the
   pool's INCR counter (workhive.ids: unique across the pools of a hive).
@@ -26,7 +26,7 @@ local created = num(now)
 local ids = {}
 local added = 0
 local ready = false
-for i = 4, #ARGV, 5 do
+for i = 4, #ARGV, 6 do
   local key = ARGV[i + 4]
   local existing = false
   if key ~= '' then
@@ -46,7 +46,12 @@ for i = 4, #ARGV, 5 do
       redis.call('HSET', item, 'dk', key)
       redis.call('HSET', KEYS[4], key, id)
     end
-    if enqueue(base, id, priority, available_at, now) then
+    local group = ARGV[i + 5] ~= '' and ARGV[i + 5]
+    if group then
+      redis.call('HSET', item, 'gr', group)
+      redis.call('SADD', base .. 'gknown', group)
+    end
+    if enqueue(base, id, priority, available_at, now, group) then
       ready = true
     end
     added = added + 1

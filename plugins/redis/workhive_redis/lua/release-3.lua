@@ -29,7 +29,8 @@ redis.call('HINCRBY', item, 'at', -1)
 redis.call('HINCRBY', item, 'rl', 1)
 redis.call('HSET', item, 'st', 'pending', 'aa', num(available_at))
 redis.call('HDEL', item, 'cb', 'le', 'ls')
-if enqueue(base, id, tonumber(redis.call('HGET', item, 'pr')), available_at, now) then
+local f = redis.call('HMGET', item, 'pr', 'gr')
+if enqueue(base, id, tonumber(f[1]), available_at, now, f[2]) then
   redis.call('PUBLISH', ARGV[5], '1')
 end
 return 1

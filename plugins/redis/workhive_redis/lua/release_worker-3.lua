@@ -23,9 +23,10 @@ local spend = ARGV[3] == '1'
 local released, poisoned = 0, 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   local item = base .. 'i:' .. id
-  local f = redis.call('HMGET', item, 'st', 'cb', 'at', 'ma', 'pr')
+  local f = redis.call('HMGET', item, 'st', 'cb', 'at', 'ma', 'pr', 'gr')
   if f[1] == 'claimed' and f[2] == worker then
     redis.call('ZREM', KEYS[2], id)
+    claim_freed(base, f[6], id)
     local attempts, max_attempts = tonumber(f[3]), tonumber(f[4])
     if spend and attempts >= max_attempts then
       poison(base, item, id, 'worker ' .. worker .. ' was lost holding it on attempt ' .. attempts
@@ -38,7 +39,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
       end
       redis.call('HSET', item, 'st', 'pending', 'aa', num(now))
       redis.call('HDEL', item, 'cb', 'le', 'ls')
-      enqueue(base, id, tonumber(f[5]), now, now)
+      enqueue(base, id, tonumber(f[5]), now, now, f[6])
       released = released + 1
     end
   end

@@ -36,7 +36,8 @@ for _, id in ipairs(ids) do
     if key then
       redis.call('HSETNX', KEYS[3], key, id)
     end
-    enqueue(base, id, tonumber(redis.call('HGET', item, 'pr')), now, now)
+    local f = redis.call('HMGET', item, 'pr', 'gr')
+    enqueue(base, id, tonumber(f[1]), now, now, f[2])
     count = count + 1
   end
 end

@@ -39,7 +39,7 @@ local available_at = now + tonumber(ARGV[8])
 redis.call('HSET', base .. 'i:' .. id, 'p', ARGV[6], 'st', 'pending', 'pr', ARGV[7], 'at', 0, 'ma', ARGV[9],
   'tk', 0, 'ca', num(now), 'aa', num(available_at), 'rl', 0)
 redis.call('INCRBY', KEYS[4], 1)
-if enqueue(base, id, priority, available_at, now) then
+if enqueue(base, id, priority, available_at, now, false) then
   redis.call('PUBLISH', ARGV[3], '1')
 end
 return id

@@ -10,8 +10,9 @@
 
   Returns {ready, delayed, claimed, done, poisoned, oldest ready available_at or false,
   cancelled} (the cancelled set is named from the pool's base, beside the others).
-  The oldest ready item is the earliest head among the priority levels
-  (each level is in available_at order), so this reads one item per level.
+  Ready counts the ungrouped and the grouped ready items ('ready' and 'gready').
+  The oldest ready item is the earliest head among the priority levels of
+  both (each level is in available_at order), so this reads one item per level.
 ]]
 --- @include "clock"
 --- @include "ready"
@@ -20,13 +21,15 @@ local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
 settle(base, now)
 local oldest = false
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-while #head > 0 do
-  local at = redis.call('HGET', base .. 'i:' .. string.sub(head[1], 15), 'aa')
-  if at and (not oldest or tonumber(at) < tonumber(oldest)) then
-    oldest = at
+for _, set in ipairs({KEYS[1], base .. 'gready'}) do
+  local head = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  while #head > 0 do
+    local at = redis.call('HGET', base .. 'i:' .. string.sub(head[1], 15), 'aa')
+    if at and (not oldest or tonumber(at) < tonumber(oldest)) then
+      oldest = at
+    end
+    head = redis.call('ZRANGEBYSCORE', set, '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   end
-  head = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 end
-return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+return {redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', base .. 'gready'), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), oldest, redis.call('ZCARD', base .. 'cancelled')}

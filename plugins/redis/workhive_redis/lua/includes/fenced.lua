@@ -4,7 +4,8 @@
   expired on the server's clock. complete, fail, release and extend act
   only then, and change nothing otherwise.
 
-  finish_claim(base, item, id): drop the lease and the holder's index entry.
+  finish_claim(base, item, id): drop the lease and the holder's index entry,
+  and free the claim's slot in its group and pool (claim_freed).
 ]]
 local function holds(item, token, now)
   local f = redis.call('HMGET', item, 'st', 'tk', 'le')
@@ -13,10 +14,11 @@ end
 
 local function finish_claim(base, item, id)
   redis.call('ZREM', base .. 'leases', id)
-  local holder = redis.call('HGET', item, 'cb')
-  if holder then
-    redis.call('SREM', base .. 'held:' .. holder, id)
+  local f = redis.call('HMGET', item, 'cb', 'gr')
+  if f[1] then
+    redis.call('SREM', base .. 'held:' .. f[1], id)
   end
+  claim_freed(base, f[2], id)
 end
 
 -- complete(base, id, token, result, now): DONE, the result kept (result '' = none).

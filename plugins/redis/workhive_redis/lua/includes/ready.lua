@@ -14,11 +14,13 @@
   a priority the earliest available item comes first and ties go to the
   older id (ids rise with every push).
 
-  enqueue(base, id, priority, available_at, now) puts a PENDING item where it
-  belongs: the ready set when its time has come, else the delayed set
+  enqueue(base, id, priority, available_at, now, group) puts a PENDING item
+  where it belongs: when its time has come, the ready set (or its group's,
+  includes/groups.lua; group false: ungrouped), else the delayed set
   (score = available_at), which settle() drains as time passes.
-  Returns true when it went to the ready set (worth a wake-up).
+  Returns true when it became ready (worth a wake-up).
 ]]
+--- @include "groups"
 local function pool_base(ready_key)
   return string.sub(ready_key, 1, -#'ready' - 1) -- strip the trailing 'ready'
 end
@@ -27,12 +29,19 @@ local function ready_member(available_at, id)
   return string.format('%014x', math.floor(available_at * 1000000)) .. id
 end
 
-local function enqueue(base, id, priority, available_at, now)
+local function enqueue(base, id, priority, available_at, now, group)
   if available_at <= now then
-    redis.call('ZADD', base .. 'ready', -priority, ready_member(available_at, id))
+    if group then
+      group_ready_add(base, group, priority, ready_member(available_at, id))
+    else
+      redis.call('ZADD', base .. 'ready', -priority, ready_member(available_at, id))
+    end
     return true
   end
   redis.call('ZADD', base .. 'delayed', available_at, id)
+  if group then
+    group_wait(base, group, 1)
+  end
   return false
 end
 
