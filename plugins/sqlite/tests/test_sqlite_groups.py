@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from workhive.models import Ack, NewItem
+from workhive.models import Ack, GroupReport, NewItem
 from workhive.testing import ManualClock
 from workhive_sqlite import SqliteStorage
 from workhive_sqlite.sqlfiles import queries
@@ -259,3 +259,19 @@ async def test_a_waiter_is_not_woken_for_items_a_limit_or_a_pause_holds_back(sto
     assert (await store._run(Operations.next_due, ("p",)))["p"] == now + 100.0
     await store.pause_group("p", "a", None)
     assert (await store._run(Operations.next_due, ("p",)))["p"] == await store.now()
+
+
+@pytest.mark.asyncio
+async def test_the_report_lists_a_group_by_its_own_settings_only_while_it_has_them(store: SqliteStorage) -> None:
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.set_group_weight("p", "weighted", 1.0)  # set to the default: still its own
+    await store.set_group_limit("p", "limited", 2)
+    await store.set_group_limit("p", "lifted", 2)
+    await store.set_group_limit("p", "lifted", None)
+    await store.pause_group("p", "paused", 10.0)
+    await store.pause_group("p", "resumed", 10.0)
+    await store.pause_group("p", "resumed", None)
+    assert [g.group for g in (await store.group_report("p")).groups] == ["limited", "paused", "weighted"]
+    clock.advance(10.0)  # the pause ended
+    assert [g.group for g in (await store.group_report("p")).groups] == ["limited", "weighted"]
+    assert await store.group_report("empty") == GroupReport("empty", None, None, ())

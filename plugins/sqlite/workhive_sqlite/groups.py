@@ -215,14 +215,12 @@ def _report(ops: Operations, pool: str) -> GroupReport:
         )
 
     listed: set[str | None] = set()
-    for group, weight, own_limit, paused_until, has_settings in execute(_Q["group_report_settings"], (pool,)):
+    for group, weight, own_limit, paused_until, weight_set in execute(_Q["group_report_settings"], (pool,)):
         stats = entry(group)
-        stats.update(
-            weight=float(weight),
-            limit=own_limit,
-            paused_until=paused_until if paused_until is not None and paused_until > now else None,
-        )
-        if has_settings:
+        paused = paused_until if paused_until is not None and paused_until > now else None
+        stats.update(weight=float(weight), limit=own_limit, paused_until=paused)
+        # Settings of its own (docs/groups.md, GR9): a weight set, a limit, a pause still ahead.
+        if weight_set or own_limit is not None or paused is not None:
             listed.add(None if group == UNGROUPED else group)
     for group, ready, waiting in execute(*_ops._bind(_Q["group_report_pending"], (pool, now))):
         stats = entry(group)

@@ -496,7 +496,7 @@ UPDATE items INDEXED BY items_cancelled SET grp = '' WHERE pool = ? AND state = 
 -- group_adopt_counts --
 -- After the adoption above (which the triggers do not see: grp changed, not state),
 -- the group '' of pool ?1 and the pool's claims in flight are counted once.
-INSERT OR REPLACE INTO groups (pool, grp, weight, lim, vt, paused_until, head, inflight, settings)
+INSERT OR REPLACE INTO groups (pool, grp, weight, lim, vt, paused_until, head, inflight, weight_set)
 VALUES (?1, '', 1, NULL, 0, NULL,
     (SELECT max(priority) FROM items INDEXED BY items_group_ready WHERE pool = ?1 AND grp = '' AND state = 'pending'),
     (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed'),
@@ -548,18 +548,18 @@ UPDATE group_pools SET vt = ?1 WHERE pool = ?2
 
 -- group_set_weight --
 -- Group ?2 of pool ?1 weighs ?3 (kept before it has items).
-INSERT INTO groups (pool, grp, weight, settings) VALUES (?1, ?2, ?3, 1)
-ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, settings = 1
+INSERT INTO groups (pool, grp, weight, weight_set) VALUES (?1, ?2, ?3, 1)
+ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = 1
 
 -- group_set_limit --
 -- Group ?2 of pool ?1 may have ?3 claims in flight (NULL: no limit of its own).
-INSERT INTO groups (pool, grp, lim, settings) VALUES (?1, ?2, ?3, 1)
-ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim, settings = 1
+INSERT INTO groups (pool, grp, lim) VALUES (?1, ?2, ?3)
+ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim
 
 -- group_pause --
 -- Claims skip group ?2 of pool ?1 until time ?3 (NULL: not paused).
-INSERT INTO groups (pool, grp, paused_until, settings) VALUES (?1, ?2, ?3, 1)
-ON CONFLICT (pool, grp) DO UPDATE SET paused_until = excluded.paused_until, settings = 1
+INSERT INTO groups (pool, grp, paused_until) VALUES (?1, ?2, ?3)
+ON CONFLICT (pool, grp) DO UPDATE SET paused_until = excluded.paused_until
 
 -- group_set_default_limit --
 -- Every named group of pool ?2 without a limit of its own may have ?1 claims in flight.
@@ -570,8 +570,8 @@ UPDATE group_pools SET default_lim = ?1 WHERE pool = ?2
 UPDATE group_pools SET lim = ?1 WHERE pool = ?2
 
 -- group_report_settings --
--- Every group row of pool ?: name, weight, own limit, paused until, whether it has settings.
-SELECT grp, weight, lim, paused_until, settings FROM groups WHERE pool = ?
+-- Every group row of pool ?: name, weight, own limit, paused until, whether a weight was set.
+SELECT grp, weight, lim, paused_until, weight_set FROM groups WHERE pool = ?
 
 -- group_report_pending --
 -- Pending items of pool ?1 per group: ready at time ?2, and not yet due.

@@ -28,8 +28,9 @@ CREATE TABLE group_pools (
 
 -- One row per group that has had items or settings. head is the highest priority
 -- among its pending items (NULL: none pending), inflight how many of its items are
--- claimed; both are kept by the triggers below. settings is 1 once a weight,
--- limit or pause was set (the report lists such groups even without items).
+-- claimed; both are kept by the triggers below. weight_set is 1 once a weight
+-- was set: the report lists a group with a weight set, a limit of its own or a
+-- pause in the future even when it has no items.
 CREATE TABLE groups (
     pool TEXT NOT NULL,
     grp TEXT NOT NULL,
@@ -39,7 +40,7 @@ CREATE TABLE groups (
     paused_until REAL,
     head INTEGER,
     inflight INTEGER NOT NULL DEFAULT 0,
-    settings INTEGER NOT NULL DEFAULT 0,
+    weight_set INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (pool, grp)
 ) WITHOUT ROWID;
 
