@@ -6,7 +6,8 @@ of ``ops`` and pay one probe of that table. From then on:
 
 * every item of the pool carries a group (``''`` for the ungrouped ones);
 * triggers on ``items`` keep, per group, the highest priority of its pending
-  items (``head``) and its claims (``inflight``), and the pool's claims;
+  items (``head``) and its claims (``inflight``); a pool with a limit counts
+  its unexpired claims off ``items_leases`` (about as many as its limit);
 * a claim (``claim_by_turns``) runs in one ``BEGIN IMMEDIATE`` transaction:
   it settles the pool's expired leases (so their slots are free and their
   items pending again), then reads the groups in turn order off the
@@ -15,8 +16,8 @@ of ``ops`` and pay one probe of that table. From then on:
   a ready item of the best priority; groups without pending items are not in
   that index and are never read.
 
-Limits are kept counters rather than counts of an index: a claim moves one
-counter row per claim instead of adding an index entry per claimed item, and
+Group limits are kept counters rather than counts of an index: a claim moves
+one counter row instead of adding an index entry per claimed item, and
 settling the expired leases first (one probe of ``items_leases`` when there
 are none) corrects them before every decision, so an expired lease frees its
 slot at its expiry however long ago that was.
@@ -68,7 +69,6 @@ def use_groups(ops: Operations, pool: str) -> None:
         for state in ("pending", "claimed", "poisoned", "cancelled"):
             execute(_Q[f"group_adopt_{state}"], (pool,))
         execute(*_ops._bind(_Q["group_adopt_counts"], (pool,)))
-        execute(*_ops._bind(_Q["group_pool_inflight"], (pool,)))
 
 
 def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
@@ -80,10 +80,11 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     execute = conn.execute
     now = ops.clock()
     args = (pool, now)
-    execute(*_ops._bind(_Q["poison_expired"], args))
-    execute(*_ops._bind(_Q["group_settle_expired"], args))
-    pool_limit, default_limit, pool_vt, in_flight = execute(_Q["group_pool_settings"], (pool,)).fetchone()
-    room = limit if pool_limit is None else min(limit, pool_limit - in_flight)
+    if execute(*_ops._bind(_Q["group_expired"], args)).fetchone() is not None:
+        execute(*_ops._bind(_Q["poison_expired"], args))
+        execute(*_ops._bind(_Q["group_settle_expired"], args))
+    pool_limit, default_limit, pool_vt = execute(_Q["group_pool_settings"], (pool,)).fetchone()
+    room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
     lease = float(lease)
     expiry = now + lease
     claim_args = [0, now, 1, worker_id, lease, expiry]
@@ -102,6 +103,11 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     if pool_vt != vt_before:
         execute(*_ops._bind(_Q["group_pool_vt"], (pool_vt, pool)))
     return claimed
+
+
+def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
+    """The pool's unexpired claims (asked only when it has a limit)."""
+    return int(ops.conn.execute(*_ops._bind(_Q["group_pool_in_flight"], (pool, now))).fetchone()[0])
 
 
 #: A turn: the group, its virtual time and weight, and the id of the item it serves.
@@ -155,8 +161,9 @@ def next_due(ops: Operations, pool: str) -> float | None:
     settings = execute(_Q["group_pool_settings"], (pool,)).fetchone()
     if settings is None:
         return None
-    pool_limit, default_limit, _, in_flight = settings
-    if (pool_limit is None or in_flight < pool_limit) and _next_turn(ops, pool, now, default_limit) is not None:
+    pool_limit, default_limit, _ = settings
+    free = pool_limit is None or _pool_in_flight(ops, pool, now) < pool_limit
+    if free and _next_turn(ops, pool, now, default_limit) is not None:
         return now
     times = (
         execute(_Q["next_lease_expiry"], (pool,)).fetchone()[0],

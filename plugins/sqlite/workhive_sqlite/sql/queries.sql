@@ -495,17 +495,16 @@ UPDATE items INDEXED BY items_cancelled SET grp = '' WHERE pool = ? AND state = 
 
 -- group_adopt_counts --
 -- After the adoption above (which the triggers do not see: grp changed, not state),
--- the group '' of pool ?1 and the pool's claims in flight are counted once.
+-- the head and the claims of the group '' of pool ?1 are taken once.
 INSERT OR REPLACE INTO groups (pool, grp, weight, lim, vt, paused_until, head, inflight, weight_set)
 VALUES (?1, '', 1, NULL, 0, NULL,
     (SELECT max(priority) FROM items INDEXED BY items_group_ready WHERE pool = ?1 AND grp = '' AND state = 'pending'),
     (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed'),
     0)
 
--- group_pool_inflight --
--- Pool ?1's claims in flight, counted once when it starts using groups.
-UPDATE group_pools SET inflight = (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed')
-WHERE pool = ?1
+-- group_expired --
+-- Whether pool ?1 has an expired lease at time ?2 (a claim by turns settles them first).
+SELECT 1 FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1
 
 -- group_settle_expired --
 -- Before a claim by turns (pool ?1, time ?2, after poison_expired): every other
@@ -516,8 +515,12 @@ UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = lease
 WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
 
 -- group_pool_settings --
--- Pool ?'s limit, default group limit, virtual time and claims in flight.
-SELECT lim, default_lim, vt, inflight FROM group_pools WHERE pool = ?
+-- Pool ?'s limit, default group limit and virtual time.
+SELECT lim, default_lim, vt FROM group_pools WHERE pool = ?
+
+-- group_pool_in_flight --
+-- Pool ?1's unexpired claims at time ?2 (read only when it has a limit: about that many entries).
+SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at > ?2
 
 -- group_turns --
 -- The groups of pool ? with pending items, in turn order (highest pending priority,

@@ -16,14 +16,15 @@ CREATE INDEX items_group_ready ON items (pool, grp, priority DESC, available_at,
     WHERE state = 'pending' AND grp IS NOT NULL;
 
 -- One row per pool that uses groups: its own limit on claims in flight, the
--- default limit of named groups, the pool's virtual time (turns), and how many of
--- its items are claimed now (kept by the triggers below).
+-- default limit of named groups, and the pool's virtual time (turns). The pool's
+-- claims are not counted here: only a pool with a limit needs the count, and it
+-- is read off items_leases (at most about the limit entries) rather than kept
+-- in a row every claim and completion of every grouped pool would rewrite.
 CREATE TABLE group_pools (
     pool TEXT PRIMARY KEY,
     lim INTEGER,
     default_lim INTEGER,
-    vt REAL NOT NULL DEFAULT 0,
-    inflight INTEGER NOT NULL DEFAULT 0
+    vt REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
 -- One row per group that has had items or settings. head is the highest priority
@@ -58,8 +59,8 @@ BEGIN
     WHERE pool = NEW.pool AND grp = NEW.grp;
 END;
 
--- A grouped item changes state: the counts of claims in flight follow, and the
--- group's head is raised (an item became pending) or read again off
+-- A grouped item changes state: the group's count of claims in flight follows,
+-- and its head is raised (an item became pending) or read again off
 -- items_group_ready (one left pending), O(log n) either way.
 CREATE TRIGGER groups_item_moved AFTER UPDATE OF state ON items
 WHEN NEW.grp IS NOT NULL AND OLD.state IS NOT NEW.state
@@ -74,6 +75,4 @@ BEGIN
                  WHERE pool = NEW.pool AND grp = NEW.grp AND state = 'pending')
             ELSE head END
     WHERE pool = NEW.pool AND grp = NEW.grp;
-    UPDATE group_pools SET inflight = inflight + (NEW.state = 'claimed') - (OLD.state = 'claimed')
-    WHERE pool = NEW.pool AND (NEW.state = 'claimed' OR OLD.state = 'claimed');
 END;
