@@ -97,7 +97,7 @@ _STATEMENT_DIGESTS = {
     "group_adopt_poisoned": "be2e7f80205d4677",
     "group_adopt_cancelled": "8b5dcf968af91c5e",
     "group_adopt_counts": "b58f66a801730815",
-    "group_expired": "fefe479d716b2b82",
+    "group_claim_settings": "f334a905c7ee9b28",
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",

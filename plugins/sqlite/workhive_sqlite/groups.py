@@ -80,10 +80,10 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     execute = conn.execute
     now = ops.clock()
     args = (pool, now)
-    if execute(*_ops._bind(_Q["group_expired"], args)).fetchone() is not None:
+    pool_limit, default_limit, pool_vt, expired = execute(*_ops._bind(_Q["group_claim_settings"], args)).fetchone()
+    if expired:
         execute(*_ops._bind(_Q["poison_expired"], args))
         execute(*_ops._bind(_Q["group_settle_expired"], args))
-    pool_limit, default_limit, pool_vt = execute(_Q["group_pool_settings"], (pool,)).fetchone()
     room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
     lease = float(lease)
     expiry = now + lease

@@ -502,9 +502,13 @@ VALUES (?1, '', 1, NULL, 0, NULL,
     (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed'),
     0)
 
--- group_expired --
--- Whether pool ?1 has an expired lease at time ?2 (a claim by turns settles them first).
-SELECT 1 FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1
+-- group_claim_settings --
+-- What a claim by turns of pool ?1 at time ?2 reads first: the pool's limit, default
+-- group limit and virtual time, and whether it has an expired lease to settle.
+SELECT lim, default_lim, vt,
+    EXISTS (SELECT 1 FROM items INDEXED BY items_leases
+            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
+FROM group_pools WHERE pool = ?1
 
 -- group_settle_expired --
 -- Before a claim by turns (pool ?1, time ?2, after poison_expired): every other
