@@ -21,8 +21,8 @@ import pytest
 from workhive.budgets import BudgetTake
 from workhive.models import Ack, ItemState, NewItem, WorkerFilter, WorkerRegistration, WorkerStatus
 from workhive.schedules import Schedule
+from workhive_sqlite import groups, schedules
 from workhive_sqlite import ops as ops_module
-from workhive_sqlite import schedules
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
 from workhive_sqlite.ops import Operations
@@ -143,6 +143,23 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     assert schedules.schedule_fire(ops, "s", now[0] + 60.0, NewItem("1")) is not None
     assert schedules.schedule_fire(ops, "s", now[0] + 60.0, NewItem("1")) is None
     assert schedules.schedule_remove(ops, "s")
+    # Groups: a pool with a held item starts using them (a grouped push adopts its items), a push
+    # finds that out by its probe, every setting, claims by turns (an expired lease about), a
+    # waiter's due time while a limit and a pause hold every ready item back, the report.
+    ops.push("g", _items(2))
+    assert len(ops.claim("g", "w1", 1, 10.0)) == 1
+    ops.push("g", [NewItem(payload="1", group="t")])
+    ops.push("g", _items(1))
+    groups.set_group_weight(ops, "g", "t", 2.0)
+    groups.set_group_limit(ops, "g", "t", 1)
+    groups.set_group_limit(ops, "g", None, 2)
+    now[0] += 20.0
+    assert len(ops.claim("g", "w1", 2, 30.0)) == 2
+    assert [item.group for item in ops.claim("g", "w1", 1, 30.0)] == [None]  # t is at its limit
+    groups.set_pool_limit(ops, "g", 2)
+    groups.pause_group(ops, "g", "t", 60.0)
+    assert ops.next_due(["g"])["g"] == now[0] + 30.0
+    assert [g.group for g in groups.group_report(ops, "g").groups] == [None, "t"]
 
 
 def record_every_operation(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:

@@ -213,6 +213,9 @@ async def test_complete_and_claim_is_one_transaction_on_the_loops_connection(tmp
             storage._fast.conn.set_trace_callback(None)
         assert second is not None and second.data == "b"
         # Ran on the loop's own connection (the trace saw it) as one BEGIN IMMEDIATE … COMMIT.
+        # SQLite reports a statement again as each trigger program of it starts (the groups
+        # triggers of schema version 8, whose WHEN is false in a pool without groups).
+        statements = [s for i, s in enumerate(statements) if i == 0 or s != statements[i - 1]]
         words = [s.split()[0].upper() for s in statements]
         assert words[0] == "BEGIN" and "IMMEDIATE" in statements[0].upper()
         assert words[-1] == "COMMIT" and words.count("BEGIN") == 1 and words.count("COMMIT") == 1

@@ -27,6 +27,7 @@ _SCHEMA_DIGESTS = {
     5: "f4e0a04969c0a91f",  # schedules (0005_schedules.sql, written as SQL from the start)
     6: "21791855b5c7d18d",  # durable steps (0006_steps.sql)
     7: "821668ef8e66aa2d",  # cancellation (0007_cancel.sql)
+    8: "ddc02c5d2f3b3bbc",  # groups (0008_groups.sql)
 }
 
 

@@ -17,10 +17,10 @@ from workhive_sqlite.sqlfiles import migrations, queries, statements
 #: text without the whitespace between tokens, which SQLite ignores), taken from the statements
 #: as they were Python strings (commit 1908c47): moving them to queries.sql changed none.
 _STATEMENT_DIGESTS = {
-    "claim_one": "23cf592d6a7c4267",
-    "claim_ready": "12ad9c3275f1d5db",
-    "claim_any": "27c4d62f8d7a236e",
-    "peek": "e3689fe00e7b3456",
+    "claim_one": "135f3115eb71442c",  # the group column read back, and no pool using groups (migration 8)
+    "claim_ready": "5eb359fbbf015ea4",  # likewise
+    "claim_any": "ecb1e5e6783b87be",  # the group column read back (migration 8)
+    "peek": "49c5f59b306cc048",  # whether the pool uses groups (migration 8)
     "poison_expired": "9dd5d8c4d3c80dd9",
     "complete": "9effb47c826ede61",
     "fail": "39f392a0cf665f63",
@@ -28,10 +28,10 @@ _STATEMENT_DIGESTS = {
     "extend": "d82fa83232b35ad9",
     "last_item_id": "62276eada0adc8d0",
     "live_duplicate": "e06a4d8aef6bd8aa",
-    "insert_items": "49164ea37d24534e",
+    "insert_items": "86ef1b294c1e4fb3",  # the group column (migration 8)
     "count_rows": "18d7109938ce2dd7",
-    "get_item": "45aefacd0ea28f2d",
-    "list_items": "1e4355ac95c4df6d",
+    "get_item": "93b0642d8d02cdc2",  # the group column (migration 8)
+    "list_items": "847d0b1af06c10bb",  # the group column (migration 8)
     "requeue_all": "71a8a0c110010ec1",
     "requeue_one": "4058e7b30e20389a",
     "poison_lost_worker": "3fcac3472a4a729e",
@@ -89,9 +89,36 @@ _STATEMENT_DIGESTS = {
     "cancel_one": "f63a8713c3999f46",
     "requeue_cancelled_one": "af84d6d5da8ba072",
     "count_cancelled": "96a24ff2c28c86c9",
+    # groups (workhive_sqlite.groups, migration 8)
+    "group_pool": "ce239067e06dc20b",
+    "group_pool_add": "4da250f0bad13375",
+    "group_adopt_pending": "46350f8a063630cc",
+    "group_adopt_claimed": "9086a4f14b71232f",
+    "group_adopt_poisoned": "be2e7f80205d4677",
+    "group_adopt_cancelled": "8b5dcf968af91c5e",
+    "group_adopt_counts": "b58f66a801730815",
+    "group_claim_settings": "f334a905c7ee9b28",
+    "group_pool_in_flight": "8404a8e5e4d95351",
+    "group_settle_expired": "296f218c6f04824f",
+    "group_pool_settings": "728ec9b539b5f3ad",
+    "group_turns": "9bf1d2272dd11900",
+    "group_next_ready": "09f8b3d46576aa90",
+    "claim_item": "d766c18f83200403",
+    "group_vt": "6d4278b7aebb06a6",
+    "group_pool_vt": "567b456a2d31a068",
+    "group_set_weight": "53b253618a90f967",
+    "group_set_limit": "96b97be4197d1680",
+    "group_pause": "514b79fa1c340af5",
+    "group_set_default_limit": "b38a78a5e82d5d27",
+    "group_set_pool_limit": "a2ffe72324d92124",
+    "group_report_settings": "d2afc49e6fa73ca4",
+    "group_report_pending": "199b61d12f2d781c",
+    "group_report_claimed": "1764871a24b70b15",
+    "group_next_pending": "6c2cc87ef92ece3d",
+    "group_next_resume": "e5bfd694716da867",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.
-_GENERATED_DIGESTS = {"insert_items": "dcb9dc33f3e7a491", "budget_tats": "51d0944ea953602e"}
+_GENERATED_DIGESTS = {"insert_items": "72c0652370867a58", "budget_tats": "51d0944ea953602e"}
 
 
 def _digest(sql: str) -> str:

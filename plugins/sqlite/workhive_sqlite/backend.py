@@ -55,6 +55,7 @@ from workhive.budgets import BudgetTake
 from workhive.errors import HiveNotFound, StorageError, StorageUnavailable
 from workhive.models import (
     Ack,
+    GroupReport,
     ItemState,
     NewItem,
     PoolStats,
@@ -67,6 +68,7 @@ from workhive.models import (
     WorkItem,
 )
 from workhive.schedules import Schedule
+from workhive_sqlite import groups as _groups
 from workhive_sqlite import schedules as _schedules
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
@@ -613,6 +615,30 @@ class SqliteStorage:
 
     async def purge(self, pool: str, older_than: float) -> int:
         return await self._thread(Operations.purge, pool, older_than)
+
+    # -- groups (workhive.storage.ServesGroups, rules GR1-GR9) ---------------
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        """Group ``group`` takes ``weight`` shares of the pool's turns (``workhive_sqlite.groups``)."""
+        await self._run(_groups.set_group_weight, pool, group, weight)
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        """At most ``limit`` claims of ``group`` in flight; ``group`` None sets the default of named groups."""
+        await self._run(_groups.set_group_limit, pool, group, limit)
+        self._notify(pool)  # a raised limit may free a waiting claim
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        """At most ``limit`` claims of ``pool`` in flight; None removes the limit."""
+        await self._run(_groups.set_pool_limit, pool, limit)
+        self._notify(pool)
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        """Claims skip ``group`` until hive time now + ``seconds``; None resumes it at once."""
+        await self._run(_groups.pause_group, pool, group, seconds)
+        self._notify(pool)
+
+    async def group_report(self, pool: str) -> GroupReport:
+        """The pool's limits and its groups' settings and counts (``GroupReport``)."""
+        return await self._thread(_groups.group_report, pool)
 
     # -- durable steps (KeepsSteps, rules ST1-ST5) --------------------------
     async def step_put(self, pool: str, item_id: str, token: int, key: str, payload: str, failed: bool) -> bool:

@@ -91,6 +91,16 @@ _RELEASE_LOST = {
     (False, True): _Q["refund_worker_in_pool"],
 }
 
+_GROUP_POOL = _Q["group_pool"]
+
+
+def _groups() -> Any:
+    """``workhive_sqlite.groups``, imported on first use (it imports this module)."""
+    from workhive_sqlite import groups
+
+    return groups
+
+
 _NUMBERED = re.compile(r"\?(\d+)")
 
 
@@ -121,21 +131,21 @@ def _bind(sql: str, args: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
 
 # Inserting many rows per statement binds and steps far less than one
 # statement per row (about 3x faster per item); ?1 is the pool, ?2 the time.
-_INSERT_FIELDS = 6  # id, payload, priority, max_attempts, available_at, dedup_key
+_INSERT_FIELDS = 7  # id, payload, priority, max_attempts, available_at, dedup_key, group
 _INSERT_ROWS = 100
 
 
 def _insert_sql(rows: int) -> str:
     """``insert_items`` with its VALUES group repeated ``rows`` times, the k-th numbered on by k rows.
 
-    Generated, not written out in the SQL file: 100 groups are 600 parameters no
+    Generated, not written out in the SQL file: 100 groups are 700 parameters no
     reader checks by eye. Runs at import only (two texts, one and 100 rows).
     """
     one = _Q["insert_items"]
     head, values, group = one.rpartition(" VALUES ")
     own = sorted({int(n) for n in _NUMBERED.findall(group)} - {1, 2})
     if not values or own != list(range(3, 3 + _INSERT_FIELDS)) or (group[:1], group[-1:]) != ("(", ")"):
-        raise RuntimeError(f"queries.sql: insert_items must end in one VALUES group of ?1, ?2 and ?3..?8: {one!r}")
+        raise RuntimeError(f"queries.sql: insert_items must end in one VALUES group of ?1, ?2 and ?3..?9: {one!r}")
 
     def numbered(k: int) -> str:
         """The VALUES group of the k-th row: its own parameters moved on by k rows, ?1 and ?2 shared."""
@@ -164,7 +174,12 @@ def _insert(conn: sqlite3.Connection, pool: str, now: float, values: list[Any]) 
 
 
 def _item(row: Sequence[Any]) -> WorkItem:
-    return WorkItem(f"i{row[0]:016x}", row[1], row[2], _STATES[row[3]], *row[4:])
+    # grp '' is a grouped pool's ungrouped items (workhive_sqlite.groups): None, as NULL.
+    r = row
+    return WorkItem(
+        f"i{r[0]:016x}", r[1], r[2], _STATES[r[3]], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13],
+        r[14], r[15], r[16], r[17], r[18] or None,
+    )  # fmt: skip
 
 
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease: float) -> WorkItem:
@@ -172,7 +187,7 @@ def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease
     r = row
     return WorkItem(
         f"i{r[0]:016x}", pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
-        worker_id, expiry, lease, r[8], r[9], None, None, r[10],
+        worker_id, expiry, lease, r[8], r[9], None, None, r[10], r[11] or None,
     )  # fmt: skip
 
 
@@ -201,6 +216,9 @@ class Operations:
     def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float]) -> None:
         self.conn = conn
         self.clock = clock
+        #: Pools known to use groups (workhive_sqlite.groups). A pool never stops using
+        #: them, so what another process did is found once (peek) and then remembered.
+        self.grouped: set[str] = set()
 
     def begin(self) -> None:
         """``BEGIN IMMEDIATE``: take the write lock, waiting as the connection's busy timeout says."""
@@ -239,6 +257,10 @@ class Operations:
         """``_write`` for callers outside this class (the clock's anchor)."""
         return self._write(body, *args)
 
+    def read(self, body: Callable[..., T], *args: Any) -> T:
+        """``_read`` for callers outside this class (the group report)."""
+        return self._read(body, *args)
+
     # -- items --------------------------------------------------------------
     def push(self, pool: str, items: Sequence[NewItem]) -> list[str]:
         return self._write(self._push, pool, items)
@@ -253,6 +275,7 @@ class Operations:
         ids: list[str] = []
         values: list[Any] = []  # _INSERT_FIELDS per new row, flattened
         batch_keys: dict[str, str] = {}
+        grouped = self._push_groups(pool, items)
         for item in items:
             key = item.dedup_key
             if key is not None:
@@ -264,7 +287,8 @@ class Operations:
                     ids.append(existing)
                     continue
                 batch_keys[key] = f"i{next_id:016x}"
-            values += (next_id, item.payload, item.priority, item.max_attempts, now + item.delay, key)
+            group = None if grouped is None else (item.group or grouped)
+            values += (next_id, item.payload, item.priority, item.max_attempts, now + item.delay, key, group)
             ids.append(f"i{next_id:016x}")  # workhive.ids shape, inlined on the push path
             next_id += 1
         if values:
@@ -272,10 +296,27 @@ class Operations:
             conn.execute(*_bind(_COUNT_ROWS, (pool, len(values) // _INSERT_FIELDS)))
         return ids
 
+    def _push_groups(self, pool: str, items: Sequence[NewItem]) -> str | None:
+        """None if ``pool`` does not use groups (its items keep grp NULL), else the group of ungrouped items ('').
+
+        A grouped item makes the pool use groups. One probe per push otherwise,
+        as another process may have made it use them.
+        """
+        if pool not in self.grouped:
+            if any(item.group is not None for item in items):
+                _groups().use_groups(self, pool)
+            elif self.conn.execute(_GROUP_POOL, (pool,)).fetchone() is None:
+                return None
+            else:
+                self.grouped.add(pool)
+        return ""
+
     def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         return self._claim(pool, worker_id, limit, lease)
 
     def _claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        if pool in self.grouped:
+            return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
         now = self.clock()
         conn = self.conn
         args = (pool, now, limit, worker_id, float(lease), now + lease)
@@ -284,7 +325,10 @@ class Operations:
         rows = conn.execute(*_bind(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args)).fetchall()
         if not rows:
             # Nothing ready, or an expired lease in the pool: look which.
-            ready, expired = conn.execute(*_bind(_PEEK, (pool, now))).fetchone()
+            ready, expired, grouped = conn.execute(*_bind(_PEEK, (pool, now))).fetchone()
+            if grouped:  # the pool uses groups (maybe since another process's call): claim by turns
+                self.grouped.add(pool)
+                return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
             if expired:
                 rows = self._transaction(self._claim_with_expired, args)
             elif ready:  # pushed by another process since the claim above
@@ -525,6 +569,10 @@ class Operations:
         conn = self.conn
         due: dict[str, float | None] = {}
         for pool in pools:
+            if pool in self.grouped or conn.execute(_GROUP_POOL, (pool,)).fetchone() is not None:
+                self.grouped.add(pool)
+                due[pool] = _groups().next_due(self, pool)  # limits and pauses hold ready items back
+                continue
             pending = conn.execute(*_bind(_NEXT_PENDING, (pool,))).fetchone()[0]
             lease = conn.execute(_NEXT_LEASE_EXPIRY, (pool,)).fetchone()[0]
             times = [t for t in (pending, lease) if t is not None]

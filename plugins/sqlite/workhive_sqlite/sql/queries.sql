@@ -13,14 +13,14 @@
 -- fragment: item_columns --
 -- Every column of an item, in WorkItem's order (ops._item).
 id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
-claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, grp
 
 -- fragment: claimed_columns --
 -- What a claim reads back: the columns it did not just set itself (ops._claimed). A
 -- claimable item never has a result or finished_at (done items are never claimable;
 -- every way back to pending clears finished_at). Converting seven fewer columns per
 -- row measured about 5 us less per claim.
-id, payload, priority, attempts, max_attempts, token, created_at, available_at, dedup_key, error, releases
+id, payload, priority, attempts, max_attempts, token, created_at, available_at, dedup_key, error, releases, grp
 
 -- fragment: worker_columns --
 -- Every column of a worker, in WorkerRecord's order (ops._worker).
@@ -53,6 +53,11 @@ ORDER BY priority DESC, available_at, id LIMIT ?3
 AND NOT EXISTS (SELECT 1 FROM items INDEXED BY items_leases
                 WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
 
+-- fragment: no_groups --
+-- Only in a pool that does not use groups (one probe of group_pools): a pool that
+-- does is claimed by turns (workhive_sqlite.groups), never by these statements.
+AND NOT EXISTS (SELECT 1 FROM group_pools WHERE pool = ?1)
+
 -- claim_one --
 -- The common claim of one item of pool ?1 at time ?2 (?3 = 1): no expired lease in
 -- the pool. `id = (...)` for one item avoids building the IN list's temporary table.
@@ -61,6 +66,7 @@ WHERE id = (
     @ready()
 )
     @no_expired()
+    @no_groups()
 RETURNING
     @claimed_columns()
 
@@ -71,6 +77,7 @@ WHERE id IN (
     @ready()
 )
     @no_expired()
+    @no_groups()
 RETURNING
     @claimed_columns()
 
@@ -95,12 +102,13 @@ RETURNING
 
 -- peek --
 -- When the common claim took nothing: whether pool ?1 has a ready item at time ?2,
--- and whether it has an expired lease.
+-- whether it has an expired lease, and whether it uses groups.
 SELECT
     (SELECT 1 FROM items INDEXED BY items_ready
      WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2 LIMIT 1),
     (SELECT 1 FROM items INDEXED BY items_leases
-     WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1)
+     WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1),
+    (SELECT 1 FROM group_pools WHERE pool = ?1)
 
 -- poison_expired --
 -- An expired lease (pool ?1, time ?2) on an item with no attempts left is poisoned,
@@ -154,14 +162,14 @@ SELECT id FROM items INDEXED BY items_dedup
 WHERE pool = ? AND dedup_key = ? AND state IN ('pending', 'claimed') ORDER BY id LIMIT 1
 
 -- insert_items --
--- New pending rows of pool ?1 created at time ?2; ?3..?8 are one row's id, payload,
--- priority, max_attempts, available_at and dedup key. Inserting many rows per
+-- New pending rows of pool ?1 created at time ?2; ?3..?9 are one row's id, payload,
+-- priority, max_attempts, available_at, dedup key and group. Inserting many rows per
 -- statement binds and steps far less than one statement per row (about 3x faster per
 -- item), so the backend also runs this with its VALUES group repeated 100 times, the
--- k-th group's ?3..?8 numbered on by 6k (ops._insert_sql). That text is written once,
--- at import, from this one: a file holding all 100 groups would be 600 parameters
+-- k-th group's ?3..?9 numbered on by 7k (ops._insert_sql). That text is written once,
+-- at import, from this one: a file holding all 100 groups would be 700 parameters
 -- no reader checks by eye.
-INSERT INTO items (id, pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key) VALUES (?3,?1,?4,'pending',?5,?6,?2,?7,?8)
+INSERT INTO items (id, pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key, grp) VALUES (?3,?1,?4,'pending',?5,?6,?2,?7,?8,?9)
 
 -- count_rows --
 -- Pool ?1 gained ?2 rows (negative: lost them). Rows per pool (see schema version 2):
@@ -458,3 +466,144 @@ WHERE pool = ?2 AND state = 'cancelled' AND id = ?3
 -- count_cancelled --
 -- Cancelled items of pool ?.
 SELECT count(*) FROM items INDEXED BY items_cancelled WHERE pool = ? AND state = 'cancelled'
+
+-- Groups (schema version 8; workhive_sqlite.groups, rules GR1-GR9). A pool uses groups
+-- from its first grouped push or group setting on; '' is its ungrouped items' group.
+
+-- group_pool --
+-- Whether pool ? uses groups.
+SELECT 1 FROM group_pools WHERE pool = ?
+
+-- group_pool_add --
+-- Pool ? uses groups from now on (nothing if it did already).
+INSERT OR IGNORE INTO group_pools (pool) VALUES (?)
+
+-- group_adopt_pending --
+-- When pool ? starts using groups: its ungrouped pending items join the group ''.
+-- This and the next three run once per pool, each over one partial index; done
+-- items keep NULL (they are never claimable again).
+UPDATE items INDEXED BY items_ready SET grp = '' WHERE pool = ? AND state = 'pending' AND grp IS NULL
+
+-- group_adopt_claimed --
+UPDATE items INDEXED BY items_leases SET grp = '' WHERE pool = ? AND state = 'claimed' AND grp IS NULL
+
+-- group_adopt_poisoned --
+UPDATE items INDEXED BY items_poisoned SET grp = '' WHERE pool = ? AND state = 'poisoned' AND grp IS NULL
+
+-- group_adopt_cancelled --
+UPDATE items INDEXED BY items_cancelled SET grp = '' WHERE pool = ? AND state = 'cancelled' AND grp IS NULL
+
+-- group_adopt_counts --
+-- After the adoption above (which the triggers do not see: grp changed, not state),
+-- the head and the claims of the group '' of pool ?1 are taken once.
+INSERT OR REPLACE INTO groups (pool, grp, weight, lim, vt, paused_until, head, inflight, weight_set)
+VALUES (?1, '', 1, NULL, 0, NULL,
+    (SELECT max(priority) FROM items INDEXED BY items_group_ready WHERE pool = ?1 AND grp = '' AND state = 'pending'),
+    (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed'),
+    0)
+
+-- group_claim_settings --
+-- What a claim by turns of pool ?1 at time ?2 reads first: the pool's limit, default
+-- group limit and virtual time, and whether it has an expired lease to settle.
+SELECT lim, default_lim, vt,
+    EXISTS (SELECT 1 FROM items INDEXED BY items_leases
+            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
+FROM group_pools WHERE pool = ?1
+
+-- group_settle_expired --
+-- Before a claim by turns (pool ?1, time ?2, after poison_expired): every other
+-- expired lease is pending again from its expiry, so the groups' heads and counts
+-- of claims in flight (kept by the triggers) see it, and its slot is free.
+UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = lease_expires_at, claimed_by = NULL,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
+
+-- group_pool_settings --
+-- Pool ?'s limit, default group limit and virtual time.
+SELECT lim, default_lim, vt FROM group_pools WHERE pool = ?
+
+-- group_pool_in_flight --
+-- Pool ?1's unexpired claims at time ?2 (read only when it has a limit: about that many entries).
+SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at > ?2
+
+-- group_turns --
+-- The groups of pool ? with pending items, in turn order (highest pending priority,
+-- then virtual time, then name): what a claim reads until it finds one to serve.
+SELECT grp, head, vt, weight, lim, paused_until, inflight FROM groups INDEXED BY groups_turns
+WHERE pool = ? AND head IS NOT NULL ORDER BY head DESC, vt, grp
+
+-- group_next_ready --
+-- The next item of group ?2 of pool ?1 ready at time ?3, in claim order, and its priority.
+SELECT id, priority FROM items INDEXED BY items_group_ready
+WHERE pool = ?1 AND grp = ?2 AND state = 'pending' AND available_at <= ?3
+ORDER BY priority DESC, available_at, id LIMIT 1
+
+-- claim_item --
+-- Claim item ?1 (chosen by turns) for worker ?4, lease ?5 seconds until ?6.
+@claim_set()
+WHERE id = ?1
+RETURNING
+    @claimed_columns()
+
+-- group_vt --
+-- Group ?2 of pool ?1 took a turn: its virtual time is ?3.
+UPDATE groups SET vt = ?3 WHERE pool = ?1 AND grp = ?2
+
+-- group_pool_vt --
+-- Pool ?2's virtual time is ?1.
+UPDATE group_pools SET vt = ?1 WHERE pool = ?2
+
+-- group_set_weight --
+-- Group ?2 of pool ?1 weighs ?3 (kept before it has items).
+INSERT INTO groups (pool, grp, weight, weight_set) VALUES (?1, ?2, ?3, 1)
+ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = 1
+
+-- group_set_limit --
+-- Group ?2 of pool ?1 may have ?3 claims in flight (NULL: no limit of its own).
+INSERT INTO groups (pool, grp, lim) VALUES (?1, ?2, ?3)
+ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim
+
+-- group_pause --
+-- Claims skip group ?2 of pool ?1 until time ?3 (NULL: not paused).
+INSERT INTO groups (pool, grp, paused_until) VALUES (?1, ?2, ?3)
+ON CONFLICT (pool, grp) DO UPDATE SET paused_until = excluded.paused_until
+
+-- group_set_default_limit --
+-- Every named group of pool ?2 without a limit of its own may have ?1 claims in flight.
+UPDATE group_pools SET default_lim = ?1 WHERE pool = ?2
+
+-- group_set_pool_limit --
+-- Pool ?2 may have ?1 claims in flight (NULL: no limit).
+UPDATE group_pools SET lim = ?1 WHERE pool = ?2
+
+-- group_report_settings --
+-- Every group row of pool ?: name, weight, own limit, paused until, whether a weight was set.
+SELECT grp, weight, lim, paused_until, weight_set FROM groups WHERE pool = ?
+
+-- group_report_pending --
+-- Pending items of pool ?1 per group: ready at time ?2, and not yet due.
+SELECT grp, count(CASE WHEN available_at <= ?2 THEN 1 END), count(CASE WHEN available_at > ?2 THEN 1 END)
+FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending' GROUP BY grp
+
+-- group_report_claimed --
+-- Claimed items of pool ?1 per group at time ?2: unexpired, and expired with attempts left (ready again).
+SELECT grp, count(CASE WHEN lease_expires_at > ?2 THEN 1 END),
+    count(CASE WHEN lease_expires_at <= ?2 AND attempts < max_attempts THEN 1 END)
+FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' GROUP BY grp
+
+-- group_next_pending --
+-- When pool ?1's next pending item not yet due at time ?2 comes due: the earliest such
+-- available_at of each distinct priority (a loose scan of items_ready, as next_pending).
+WITH RECURSIVE levels(p) AS (
+    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+    UNION ALL
+    SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
+    FROM levels WHERE levels.p IS NOT NULL)
+SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
+            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p AND available_at > ?2))
+FROM levels WHERE levels.p IS NOT NULL
+
+-- group_next_resume --
+-- When the first pause of a group of pool ?1 with pending items ends after time ?2.
+SELECT min(paused_until) FROM groups WHERE pool = ?1 AND head IS NOT NULL AND paused_until > ?2

@@ -1,0 +1,275 @@
+"""``workhive_sqlite.groups``: claims by turns, limits kept as counters, and pools that never use groups.
+
+The rules themselves (GR1-GR9) are the groups contract's; these tests check
+what is particular to the SQLite engine: a pool becomes grouped once and stays
+so, across handles; the kept counters and heads agree with the items; the
+claim reads the groups through their index; a pool without groups never
+touches the group tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from workhive.models import Ack, GroupReport, NewItem
+from workhive.testing import ManualClock
+from workhive_sqlite import SqliteStorage
+from workhive_sqlite.sqlfiles import queries
+
+LEASE = 60.0
+
+
+def _items(group: str | None, count: int, priority: int = 0, delay: float = 0.0) -> list[NewItem]:
+    """``count`` items whose data names their group (tests read the group off the data)."""
+    return [NewItem(json.dumps(f"{group}-{n}"), priority=priority, delay=delay, group=group) for n in range(count)]
+
+
+def _group_of(item: Any) -> str | None:
+    name = json.loads(item.payload).rsplit("-", 1)[0]
+    return None if name == "None" else name
+
+
+async def _claim_groups(store: SqliteStorage, count: int, pool: str = "p") -> list[str | None]:
+    """The groups of ``count`` successive one-item claims (fewer if the pool runs dry)."""
+    taken = []
+    for _ in range(count):
+        got = await store.claim(pool, "w", 1, LEASE)
+        if not got:
+            break
+        taken.append(_group_of(got[0]))
+    return taken
+
+
+@pytest_asyncio.fixture
+async def store(tmp_path: Path) -> Any:
+    clock = ManualClock()
+    storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db", clock=clock)
+    storage.clock = clock  # type: ignore[attr-defined]
+    await storage.open()
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+def _rows(tmp_path: Path, sql: str, *args: Any) -> list[Any]:
+    with sqlite3.connect(tmp_path / "hive.db") as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def _check_counters(tmp_path: Path, pool: str = "p") -> None:
+    """The triggers' heads and claim counts equal what the items say."""
+    for grp, head, in_flight in _rows(tmp_path, "SELECT grp, head, inflight FROM groups WHERE pool = ?", pool):
+        pending = _rows(
+            tmp_path, "SELECT max(priority) FROM items WHERE pool = ? AND grp = ? AND state = 'pending'", pool, grp
+        )[0][0]
+        claimed = _rows(
+            tmp_path, "SELECT count(*) FROM items WHERE pool = ? AND grp = ? AND state = 'claimed'", pool, grp
+        )[0][0]
+        assert (head, in_flight) == (pending, claimed), grp
+
+
+@pytest.mark.asyncio
+async def test_a_pool_without_groups_never_touches_the_group_tables(store: SqliteStorage, tmp_path: Path) -> None:
+    await store.push("p", _items(None, 3))
+    claimed = await store.claim("p", "w", 2, LEASE)
+    await store.complete("p", [Ack(claimed[0].id, claimed[0].token)])
+    assert _rows(tmp_path, "SELECT count(*) FROM items WHERE grp IS NOT NULL") == [(0,)]
+    assert _rows(tmp_path, "SELECT count(*) FROM group_pools") == [(0,)]
+    assert _rows(tmp_path, "SELECT count(*) FROM groups") == [(0,)]
+    assert getattr(await store.get("p", claimed[1].id), "group", None) is None
+
+
+@pytest.mark.asyncio
+async def test_groups_take_turns_and_the_ungrouped_items_are_one_group(store: SqliteStorage, tmp_path: Path) -> None:
+    await store.push("p", _items("a", 6) + _items("b", 6) + _items(None, 6))
+    taken = await _claim_groups(store, 9)
+    # Strict rotation: every window of three claims takes one item of each group.
+    for start in range(0, 9, 3):
+        assert sorted(taken[start : start + 3], key=str) == sorted(["a", "b", None], key=str), taken
+    _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_batch_claim_takes_turns_like_successive_claims(store: SqliteStorage) -> None:
+    await store.push("p", _items("a", 4) + _items("b", 4))
+    batch = await store.claim("p", "w", 4, LEASE)
+    assert Counter(_group_of(item) for item in batch) == {"a": 2, "b": 2}
+    # Within a group, C1 order: the oldest first.
+    assert [json.loads(i.payload) for i in batch if _group_of(i) == "a"] == ["a-0", "a-1"]
+
+
+@pytest.mark.asyncio
+async def test_weights_share_the_claims(store: SqliteStorage) -> None:
+    await store.set_group_weight("p", "heavy", 3.0)
+    await store.push("p", _items("heavy", 40) + _items("light", 40))
+    taken = Counter(await _claim_groups(store, 40))
+    assert abs(taken["heavy"] - 30) <= 3 and abs(taken["light"] - 10) <= 3, taken
+
+
+@pytest.mark.asyncio
+async def test_a_higher_priority_goes_first_whatever_the_turns(store: SqliteStorage) -> None:
+    await store.push("p", _items("a", 3) + _items("b", 2, priority=5))
+    assert await _claim_groups(store, 5) == ["b", "b", "a", "a", "a"]
+
+
+@pytest.mark.asyncio
+async def test_a_group_idle_for_long_gets_no_burst(store: SqliteStorage) -> None:
+    await store.push("p", _items("a", 30) + _items("b", 30))
+    await _claim_groups(store, 20)
+    await store.push("p", _items("late", 10))
+    taken = await _claim_groups(store, 9)
+    assert taken.count("late") == 3, taken
+
+
+@pytest.mark.asyncio
+async def test_a_group_limit_holds_across_handles_and_an_expired_lease_frees_its_slot(
+    store: SqliteStorage, tmp_path: Path
+) -> None:
+    clock = store.clock  # type: ignore[attr-defined]
+    other = SqliteStorage(f"sqlite:///{tmp_path}/hive.db", clock=clock)
+    await other.open()
+    try:
+        await store.push("p", _items("a", 5) + _items("b", 5))
+        await other.set_group_limit("p", "a", 2)  # another handle: the first learns of it from the file
+        first = await store.claim("p", "w", 10, LEASE)
+        second = await other.claim("p", "w2", 10, LEASE)
+        assert Counter(_group_of(i) for i in first + second) == {"a": 2, "b": 5}
+        assert await other.claim("p", "w2", 1, LEASE) == []
+        clock.advance(LEASE)  # the leases expire: a's slots are free, its items claimable again
+        again = await other.claim("p", "w2", 10, LEASE)
+        assert Counter(_group_of(i) for i in again) == {"a": 2, "b": 5}
+        _check_counters(tmp_path)
+    finally:
+        await other.close()
+
+
+@pytest.mark.asyncio
+async def test_the_default_limit_binds_named_groups_and_not_the_ungrouped(store: SqliteStorage) -> None:
+    await store.set_group_limit("p", None, 1)
+    await store.set_group_limit("p", "wide", 3)
+    await store.push("p", _items("a", 3) + _items("wide", 5) + _items(None, 4))
+    taken = await store.claim("p", "w", 20, LEASE)
+    assert Counter(_group_of(i) for i in taken) == {"a": 1, "wide": 3, None: 4}
+
+
+@pytest.mark.asyncio
+async def test_the_pool_limit_and_complete_and_claim(store: SqliteStorage, tmp_path: Path) -> None:
+    await store.set_pool_limit("p", 2)
+    await store.push("p", _items("a", 3) + _items("b", 3))
+    held = await store.claim("p", "w", 5, LEASE)
+    assert len(held) == 2
+    # Completing one frees one slot, which the fused claim takes, and no more.
+    accepted, more = await store.complete_and_claim("p", Ack(held[0].id, held[0].token), "w", 3, LEASE)
+    assert accepted and len(more) == 1
+    await store.set_pool_limit("p", None)
+    assert len(await store.claim("p", "w", 10, LEASE)) == 3
+    _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_paused_group_waits_and_resumes(store: SqliteStorage) -> None:
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.push("p", _items("a", 2) + _items("b", 2))
+    await store.pause_group("p", "a", 30.0)
+    assert await _claim_groups(store, 3) == ["b", "b"]
+    clock.advance(30.0)
+    assert await _claim_groups(store, 3) == ["a", "a"]
+    await store.push("p", _items("b", 1))
+    await store.pause_group("p", "b", 30.0)
+    await store.pause_group("p", "b", None)
+    assert await _claim_groups(store, 1) == ["b"]
+
+
+@pytest.mark.asyncio
+async def test_a_pool_with_items_starts_using_groups_and_counts_what_it_held(
+    store: SqliteStorage, tmp_path: Path
+) -> None:
+    await store.push("p", _items(None, 4, priority=1))
+    held = await store.claim("p", "w", 2, LEASE)
+    await store.set_pool_limit("p", 3)  # the two held count against it at once
+    await store.push("p", _items("a", 2, priority=2))
+    assert [_group_of(i) for i in await store.claim("p", "w", 5, LEASE)] == ["a"]
+    _check_counters(tmp_path)
+    assert await store.complete("p", [Ack(item.id, item.token) for item in held]) == [True, True]
+    assert [_group_of(i) for i in await store.claim("p", "w", 5, LEASE)] == ["a", None]
+    _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_settings_come_before_items_and_the_report_counts_exactly(store: SqliteStorage) -> None:
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.set_group_weight("p", "later", 2.0)
+    await store.set_group_limit("p", "capped", 1)
+    await store.set_pool_limit("p", 10)
+    report = await store.group_report("p")
+    assert (report.pool, report.pool_limit, report.default_limit) == ("p", 10, None)
+    assert [(g.group, g.weight, g.limit) for g in report.groups] == [("capped", 1.0, 1), ("later", 2.0, None)]
+    await store.push("p", _items("capped", 3) + _items(None, 1) + _items("later", 1, delay=100.0))
+    await store.pause_group("p", "later", 20.0)
+    await store.claim("p", "w", 10, LEASE)  # takes one of capped (its limit) and the ungrouped one
+    clock.advance(LEASE)  # both leases expire: ready again, never in flight
+    await store.claim("p", "w", 1, LEASE)  # one of capped's or the ungrouped one, as the turns say
+    report = await store.group_report("p")
+    stats = {g.group: (g.in_flight, g.ready, g.waiting) for g in report.groups}
+    assert sum(s[0] for s in stats.values()) == 1
+    assert stats["capped"][1] + stats[None][1] == 3 and stats["later"] == (0, 0, 1)
+    later = next(g for g in report.groups if g.group == "later")
+    assert later.paused_until is None  # the pause (20 s) ended when the clock moved on 60 s
+    assert [g.group for g in report.groups] == [None, "capped", "later"]
+
+
+def test_a_claim_reads_the_groups_through_their_indexes(tmp_path: Path) -> None:
+    from workhive_sqlite.schema import MIGRATIONS
+
+    conn = sqlite3.connect(":memory:")
+    for step in MIGRATIONS:
+        for statement in step:
+            conn.execute(statement)
+    q = queries()
+    for name, args in (("group_turns", ("p",)), ("group_next_ready", ("p", "a", 0.0))):
+        text = q[name].replace("?1", "?").replace("?2", "?").replace("?3", "?")
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {text}", args))
+        assert "USING INDEX" in plan and "TEMP B-TREE" not in plan, (name, plan)
+
+
+@pytest.mark.asyncio
+async def test_a_waiter_is_not_woken_for_items_a_limit_or_a_pause_holds_back(store: SqliteStorage) -> None:
+    from workhive_sqlite.ops import Operations
+
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.set_group_limit("p", "a", 1)
+    await store.push("p", _items("a", 3) + _items("b", 1, delay=500.0))
+    [held] = await store.claim("p", "w", 5, LEASE)
+    now = await store.now()
+    # a's items are ready but held back by its limit: due when the lease expires, not now.
+    assert (await store._run(Operations.next_due, ("p",)))["p"] == held.lease_expires_at
+    await store.pause_group("p", "a", 100.0)
+    clock.advance(LEASE)  # the lease expired: a's slot is free, but a is paused until now + 100
+    assert await store.claim("p", "w", 5, LEASE) == []  # (and the expired lease is settled)
+    assert (await store._run(Operations.next_due, ("p",)))["p"] == now + 100.0
+    await store.pause_group("p", "a", None)
+    assert (await store._run(Operations.next_due, ("p",)))["p"] == await store.now()
+
+
+@pytest.mark.asyncio
+async def test_the_report_lists_a_group_by_its_own_settings_only_while_it_has_them(store: SqliteStorage) -> None:
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.set_group_weight("p", "weighted", 1.0)  # set to the default: still its own
+    await store.set_group_limit("p", "limited", 2)
+    await store.set_group_limit("p", "lifted", 2)
+    await store.set_group_limit("p", "lifted", None)
+    await store.pause_group("p", "paused", 10.0)
+    await store.pause_group("p", "resumed", 10.0)
+    await store.pause_group("p", "resumed", None)
+    assert [g.group for g in (await store.group_report("p")).groups] == ["limited", "paused", "weighted"]
+    clock.advance(10.0)  # the pause ended
+    assert [g.group for g in (await store.group_report("p")).groups] == ["limited", "weighted"]
+    assert await store.group_report("empty") == GroupReport("empty", None, None, ())

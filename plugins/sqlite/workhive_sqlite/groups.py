@@ -1,0 +1,246 @@
+"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema version 8).
+
+A pool uses groups from its first grouped push or group setting on (a
+``group_pools`` row, never deleted); until then its claims are the plain ones
+of ``ops`` and pay one probe of that table. From then on:
+
+* every item of the pool carries a group (``''`` for the ungrouped ones);
+* triggers on ``items`` keep, per group, the highest priority of its pending
+  items (``head``) and its claims (``inflight``); a pool with a limit counts
+  its unexpired claims off ``items_leases`` (about as many as its limit);
+* a claim (``claim_by_turns``) runs in one ``BEGIN IMMEDIATE`` transaction:
+  it settles the pool's expired leases (so their slots are free and their
+  items pending again), then reads the groups in turn order off the
+  ``groups_turns`` index (head priority, then virtual time ``vt``, then name)
+  and stops at the first group that is not paused, is under its limit and has
+  a ready item of the best priority; groups without pending items are not in
+  that index and are never read.
+
+Group limits are kept counters rather than counts of an index: a claim moves
+one counter row instead of adding an index entry per claimed item, and
+settling the expired leases first (one probe of ``items_leases`` when there
+are none) corrects them before every decision, so an expired lease frees its
+slot at its expiry however long ago that was.
+
+Turns follow the virtual-time rule of the specification: the served group's
+``vt`` becomes ``max(vt, pool vt) + 1 / weight`` and the pool's ``vt`` rises to
+the served group's old ``vt``, so an idle group starts at the pool's current
+turn and never banks credit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workhive.models import GroupReport, GroupStats, WorkItem
+from workhive_sqlite import ops as _ops
+from workhive_sqlite.ops import Operations, _claimed
+from workhive_sqlite.sqlfiles import queries
+
+__all__ = [
+    "claim_by_turns",
+    "group_report",
+    "next_due",
+    "pause_group",
+    "set_group_limit",
+    "set_group_weight",
+    "set_pool_limit",
+    "use_groups",
+]
+
+_Q = queries()
+
+#: The group of a grouped pool's ungrouped items (a group name is never empty).
+UNGROUPED = ""
+
+
+def use_groups(ops: Operations, pool: str) -> None:
+    """Make ``pool`` use groups (inside the caller's write transaction); nothing if it does already.
+
+    Its live, poisoned and cancelled ungrouped items join the group ``''`` and
+    the counters are taken once; from then on the triggers keep them. The pool
+    is not added to ``ops.grouped`` here: the transaction may still roll back, and
+    the next claim or push finds the committed row by its probe.
+    """
+    if pool in ops.grouped:
+        return
+    execute = ops.conn.execute
+    if execute(_Q["group_pool_add"], (pool,)).rowcount:
+        for state in ("pending", "claimed", "poisoned", "cancelled"):
+            execute(_Q[f"group_adopt_{state}"], (pool,))
+        execute(*_ops._bind(_Q["group_adopt_counts"], (pool,)))
+
+
+def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+    """Claim up to ``limit`` items of a pool that uses groups: one turn per item (GR2-GR8).
+
+    Runs inside the caller's ``BEGIN IMMEDIATE`` transaction (``Operations._claim``).
+    """
+    conn = ops.conn
+    execute = conn.execute
+    now = ops.clock()
+    args = (pool, now)
+    pool_limit, default_limit, pool_vt, expired = execute(*_ops._bind(_Q["group_claim_settings"], args)).fetchone()
+    if expired:
+        execute(*_ops._bind(_Q["poison_expired"], args))
+        execute(*_ops._bind(_Q["group_settle_expired"], args))
+    room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
+    lease = float(lease)
+    expiry = now + lease
+    claim_args = [0, now, 1, worker_id, lease, expiry]
+    claimed: list[WorkItem] = []
+    vt_before = pool_vt
+    for _ in range(room):
+        turn = _next_turn(ops, pool, now, default_limit)
+        if turn is None:
+            break
+        group, vt, weight, item = turn
+        claim_args[0] = item
+        row = execute(*_ops._bind(_Q["claim_item"], claim_args)).fetchone()
+        claimed.append(_claimed(row, pool, worker_id, expiry, lease))
+        execute(*_ops._bind(_Q["group_vt"], (pool, group, max(vt, pool_vt) + 1.0 / weight)))
+        pool_vt = max(pool_vt, vt)
+    if pool_vt != vt_before:
+        execute(*_ops._bind(_Q["group_pool_vt"], (pool_vt, pool)))
+    return claimed
+
+
+def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
+    """The pool's unexpired claims (asked only when it has a limit)."""
+    return int(ops.conn.execute(*_ops._bind(_Q["group_pool_in_flight"], (pool, now))).fetchone()[0])
+
+
+#: A turn: the group, its virtual time and weight, and the id of the item it serves.
+_Turn = tuple[str, float, float, int]
+
+
+def _next_turn(ops: Operations, pool: str, now: float, default_limit: int | None) -> _Turn | None:
+    """The group whose turn it is and its next item: ``(group, vt, weight, item id)``, or None.
+
+    Reads the groups in turn order and stops as soon as no later group can beat
+    the best found: a later group's head is below its priority, or equal with a
+    later (vt, name). Paused groups, groups at their limit and groups whose
+    pending items are not yet due are read past; no other group is read.
+    """
+    execute = ops.conn.execute
+    best: tuple[int, float, str, float, int] | None = None  # priority, vt, group, weight, item
+    rows = execute(_Q["group_turns"], (pool,))
+    try:
+        for group, head, vt, weight, own_limit, paused_until, in_flight in rows:
+            if best is not None and (head < best[0] or (head == best[0] and (vt, group) > (best[1], best[2]))):
+                break
+            if paused_until is not None and paused_until > now:
+                continue
+            cap = own_limit if own_limit is not None else (default_limit if group != UNGROUPED else None)
+            if cap is not None and in_flight >= cap:
+                continue
+            found = execute(*_ops._bind(_Q["group_next_ready"], (pool, group, now))).fetchone()
+            if found is None:
+                continue
+            item, priority = found
+            if best is None or (-priority, vt, group) < (-best[0], best[1], best[2]):
+                best = (priority, vt, group, weight, item)
+    finally:
+        rows.close()
+    if best is None:
+        return None
+    return best[2], best[1], best[3], best[4]
+
+
+def next_due(ops: Operations, pool: str) -> float | None:
+    """When a claim of ``pool`` (which uses groups) may next find an item: now, or a later time, or None.
+
+    Not simply the first ready item: a group at its limit or paused keeps its
+    ready items, and a waiter woken for them would spin. So: now if a turn can
+    be served; else the first of a lease expiring (it frees a slot), a pause
+    ending, a delayed item coming due. A completion frees a slot too; waiters
+    learn of it from the commit itself (``SqliteStorage._watch``).
+    """
+    execute = ops.conn.execute
+    now = ops.clock()
+    settings = execute(_Q["group_pool_settings"], (pool,)).fetchone()
+    if settings is None:
+        return None
+    pool_limit, default_limit, _ = settings
+    free = pool_limit is None or _pool_in_flight(ops, pool, now) < pool_limit
+    if free and _next_turn(ops, pool, now, default_limit) is not None:
+        return now
+    times = (
+        execute(_Q["next_lease_expiry"], (pool,)).fetchone()[0],
+        execute(*_ops._bind(_Q["group_next_resume"], (pool, now))).fetchone()[0],
+        execute(*_ops._bind(_Q["group_next_pending"], (pool, now))).fetchone()[0],
+    )
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+def set_group_weight(ops: Operations, pool: str, group: str, weight: float) -> None:
+    """Group ``group`` of ``pool`` takes ``weight`` shares of the turns (GR3)."""
+    ops.write(_set, ops, pool, "group_set_weight", (pool, group, float(weight)))
+
+
+def set_group_limit(ops: Operations, pool: str, group: str | None, limit: int | None) -> None:
+    """At most ``limit`` claims of ``group`` in flight (``group`` None: the default of named groups; GR6)."""
+    if group is None:
+        ops.write(_set, ops, pool, "group_set_default_limit", (limit, pool))
+    else:
+        ops.write(_set, ops, pool, "group_set_limit", (pool, group, limit))
+
+
+def set_pool_limit(ops: Operations, pool: str, limit: int | None) -> None:
+    """At most ``limit`` claims of ``pool`` in flight (GR7)."""
+    ops.write(_set, ops, pool, "group_set_pool_limit", (limit, pool))
+
+
+def pause_group(ops: Operations, pool: str, group: str, seconds: float | None) -> None:
+    """Claims skip ``group`` until hive time now + ``seconds``; None resumes it (GR8)."""
+    until = None if seconds is None else ops.clock() + seconds
+    ops.write(_set, ops, pool, "group_pause", (pool, group, until))
+
+
+def _set(ops: Operations, pool: str, statement: str, args: tuple[Any, ...]) -> None:
+    use_groups(ops, pool)
+    ops.conn.execute(*_ops._bind(_Q[statement], args))
+
+
+def group_report(ops: Operations, pool: str) -> GroupReport:
+    """The pool's limits and every group with a live item or a setting of its own (GR9), on one snapshot."""
+    return ops.read(_report, ops, pool)
+
+
+def _report(ops: Operations, pool: str) -> GroupReport:
+    execute = ops.conn.execute
+    now = ops.clock()
+    settings = execute(_Q["group_pool_settings"], (pool,)).fetchone()
+    pool_limit, default_limit = (None, None) if settings is None else settings[:2]
+    found: dict[str | None, dict[str, Any]] = {}
+
+    def entry(group: str | None) -> dict[str, Any]:
+        name = None if group in (None, UNGROUPED) else group
+        return found.setdefault(
+            name, {"weight": 1.0, "limit": None, "in_flight": 0, "ready": 0, "waiting": 0, "paused_until": None}
+        )
+
+    listed: set[str | None] = set()
+    for group, weight, own_limit, paused_until, weight_set in execute(_Q["group_report_settings"], (pool,)):
+        stats = entry(group)
+        paused = paused_until if paused_until is not None and paused_until > now else None
+        stats.update(weight=float(weight), limit=own_limit, paused_until=paused)
+        # Settings of its own (docs/groups.md, GR9): a weight set, a limit, a pause still ahead.
+        if weight_set or own_limit is not None or paused is not None:
+            listed.add(None if group == UNGROUPED else group)
+    for group, ready, waiting in execute(*_ops._bind(_Q["group_report_pending"], (pool, now))):
+        stats = entry(group)
+        stats["ready"] += ready
+        stats["waiting"] += waiting
+    for group, in_flight, expired in execute(*_ops._bind(_Q["group_report_claimed"], (pool, now))):
+        stats = entry(group)
+        stats["in_flight"] += in_flight
+        stats["ready"] += expired
+    for name, stats in found.items():
+        if stats["in_flight"] or stats["ready"] or stats["waiting"]:
+            listed.add(name)
+    groups = tuple(
+        GroupStats(group=name, **found[name]) for name in sorted(listed, key=lambda n: (n is not None, n or ""))
+    )
+    return GroupReport(pool=pool, pool_limit=pool_limit, default_limit=default_limit, groups=groups)
