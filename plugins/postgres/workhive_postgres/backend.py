@@ -128,7 +128,7 @@ def _claimed(row: Sequence[Any], pool: str, worker_id: str, lease: float) -> Wor
     # claim_grouped's rows carry the group after `taken`; the claim of a pool without groups takes ungrouped items only.
     return WorkItem(
         _id(r[0]), pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
-        worker_id, r[8], lease, r[9], r[10], None, None, r[11], r[13] if len(r) > 13 else None,
+        worker_id, r[8], lease, r[9], r[10], None, None, r[11], (r[13] or None) if len(r) > 13 else None,
     )  # fmt: skip
 
 
@@ -492,7 +492,7 @@ class PostgresStorage:
                 append = ids.append
                 for n, i in zip(numbers, items):
                     append(_id(n))
-                    yield (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay, i.group)
+                    yield (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay, i.group or "")
 
             await conn.copy_records_to_table(
                 "items", records=records(), columns=_COPY_COLUMNS, schema_name=self.config.schema

@@ -16,14 +16,14 @@
 
 -- push --
 -- Insert new pending items in the order given ($3..$7, $9 are parallel arrays: payload,
--- priority, max_attempts, delay, dedup key, group), record the pool and its bands (claims
+-- priority, max_attempts, delay, dedup key, group or NULL), record the pool and its bands (claims
 -- read a pool's priorities from claim_bands), wake waiters on channel $8. Items with a
 -- group make the pool grouped (group_pools) and their groups live (the upsert locks each
 -- group's row until the commit: a claim clearing it waits, then sees these items).
 -- Returns the new ids in insertion order (sequence order).
 WITH new_items AS (
     INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key, grp)
-    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key, u.grp
+    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key, coalesce(u.grp, '')
     FROM unnest($3::text[], $4::int[], $5::int[], $6::float8[], $7::text[], $9::text[])
         WITH ORDINALITY AS u (payload, priority, max_attempts, delay, dedup_key, grp, n)
     ORDER BY u.n
@@ -85,7 +85,7 @@ GROUP BY dedup_key;
 -- the statement's parameters for the worker id, the lease seconds and the limit;
 -- {only_if} is an extra condition on the candidates.
 -- It claims for pools without groups only: it reads the ungrouped range of
--- items_claimable (grp IS NULL), and nothing at all once the pool has a group_pools
+-- items_claimable (grp = ''), and nothing at all once the pool has a group_pools
 -- row (checked in the statement's own snapshot, which sees a grouped item only with
 -- that row); the backend then runs claim_grouped for the pool.
 -- Candidates come band by band (each priority of the pool, highest first), each band
@@ -120,7 +120,7 @@ WHERE id = ANY (ARRAY (
     ) AS band
     CROSS JOIN LATERAL (
         SELECT id FROM @hive.items
-        WHERE pool = $2 AND grp IS NULL AND priority = band.priority AND state IN ('pending', 'claimed')
+        WHERE pool = $2 AND grp = '' AND priority = band.priority AND state IN ('pending', 'claimed')
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= @hive.now_s($1)
         ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
@@ -212,13 +212,13 @@ SELECT state, token, error FROM @hive.items WHERE id = $1;
 -- get --
 -- Item $1 of pool $2, every column.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
-    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, grp
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, nullif(grp, '')
 FROM @hive.items WHERE id = $1 AND pool = $2;
 
 -- list_items --
 -- Items of pool $1 in state $2, oldest first, $3 of them after skipping $4.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
-    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, grp
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, nullif(grp, '')
 FROM @hive.items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
 
 -- requeue --
@@ -234,7 +234,7 @@ WITH requeued AS (
     RETURNING grp
 ), revived AS (
     UPDATE @hive.groups SET live = true
-    WHERE pool = $2 AND grp IN (SELECT DISTINCT grp FROM requeued WHERE grp IS NOT NULL)
+    WHERE pool = $2 AND grp IN (SELECT DISTINCT grp FROM requeued WHERE grp <> '')
 )
 SELECT count(*) FROM requeued;
 
@@ -315,7 +315,7 @@ FROM (
 ) AS band
 CROSS JOIN LATERAL (
     SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) AS at FROM @hive.items
-    WHERE pool = $2 AND grp IS NULL AND priority = band.priority AND state IN ('pending', 'claimed')
+    WHERE pool = $2 AND grp = '' AND priority = band.priority AND state IN ('pending', 'claimed')
         AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
     ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
     LIMIT 1
@@ -346,7 +346,7 @@ WITH due AS (
 ), heads AS (
     SELECT due.priority, due.sweep, due.swept_at, (
         SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
-        WHERE pool = $2 AND grp IS NULL AND priority = due.priority AND state IN ('pending', 'claimed')
+        WHERE pool = $2 AND grp = '' AND priority = due.priority AND state IN ('pending', 'claimed')
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
                 >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
         ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
@@ -619,14 +619,14 @@ SELECT pool_limit, default_limit FROM @hive.group_pools WHERE pool = $1;
 WITH clock AS (
     SELECT @hive.now_s($1) AS at
 ), counts AS (
-    SELECT coalesce(grp, '') AS grp,
+    SELECT grp,
         count(*) FILTER (WHERE state = 'claimed' AND lease_expires_at > clock.at) AS in_flight,
         count(*) FILTER (WHERE (state = 'pending' AND available_at <= clock.at)
             OR (state = 'claimed' AND lease_expires_at <= clock.at AND attempts < max_attempts)) AS ready,
         count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at) AS waiting
     FROM @hive.items CROSS JOIN clock
     WHERE pool = $2 AND state IN ('pending', 'claimed')
-    GROUP BY coalesce(grp, '')
+    GROUP BY grp
 ), settings AS (
     SELECT grp, weight, lim, paused_until FROM @hive.groups WHERE pool = $2
 )

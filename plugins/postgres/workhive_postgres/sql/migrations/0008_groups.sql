@@ -3,13 +3,16 @@
 -- (weighted fair queueing on a virtual time per group), inside priority, with limits on
 -- the items in flight per group and per pool, and pauses.
 --
--- items.grp: the item's group; NULL = ungrouped (every item stored before version 8).
--- items_claimable now leads with (pool, grp): a claim of a pool without groups asks for
--- `grp IS NULL`, an index condition like the others, and reads the head of the same
--- range it read before; a grouped claim asks for one group's head. The index was
--- rebuilt rather than a second one added, so a pool without groups writes no more
--- index entries per item than in version 7.
-ALTER TABLE items ADD COLUMN grp text;
+-- items.grp: the item's group; '' = ungrouped (every item stored before version 8; a
+-- constant default, so adding the column rewrites nothing). items_claimable now leads
+-- with (pool, grp): a claim of a pool without groups asks for `grp = ''` and reads the
+-- head of the same range it read before; a grouped claim asks for one group's head. The
+-- index was rebuilt rather than a second one added, so a pool without groups writes no
+-- more index entries per item than in version 7. '' rather than NULL: `grp IS NULL` is no
+-- equality to the planner, which then sorted the whole range instead of reading it in
+-- index order (17 ms against 0.26 ms for one claim from a 2,500-item backlog); and an
+-- index entry holding a NULL carries a null bitmap (48 bytes an entry instead of 40).
+ALTER TABLE items ADD COLUMN grp text NOT NULL DEFAULT '';
 
 DROP INDEX items_claimable;
 CREATE INDEX items_claimable ON items (
@@ -22,7 +25,7 @@ CREATE INDEX items_claimable ON items (
 
 -- In-flight claims of named groups, to count them against a group's limit (O(limit)).
 -- Partial on grp: ungrouped items never enter it.
-CREATE INDEX items_group_leases ON items (pool, grp, lease_expires_at) WHERE state = 'claimed' AND grp IS NOT NULL;
+CREATE INDEX items_group_leases ON items (pool, grp, lease_expires_at) WHERE state = 'claimed' AND grp <> '';
 
 -- A pool with groups: a row here (written by the first grouped push or the first group
 -- setting, never deleted) switches its claims to claim_grouped. pool_limit caps the
@@ -123,19 +126,11 @@ BEGIN
                 ) >= cap THEN
                     CONTINUE;
                 END IF;
-                IF g.grp = '' THEN
-                    SELECT i.id INTO found_id FROM items AS i
-                    WHERE i.pool = p_pool AND i.grp IS NULL AND i.priority = band AND i.state IN ('pending', 'claimed')
-                        AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
-                    ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                    LIMIT 1 FOR UPDATE SKIP LOCKED;
-                ELSE
-                    SELECT i.id INTO found_id FROM items AS i
-                    WHERE i.pool = p_pool AND i.grp = g.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
-                        AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
-                    ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                    LIMIT 1 FOR UPDATE SKIP LOCKED;
-                END IF;
+                SELECT i.id INTO found_id FROM items AS i
+                WHERE i.pool = p_pool AND i.grp = g.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
+                    AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
+                ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
+                LIMIT 1 FOR UPDATE SKIP LOCKED;
                 EXIT bands WHEN found_id IS NOT NULL;
                 IF g.grp <> '' AND NOT EXISTS (
                     SELECT FROM items AS i WHERE i.pool = p_pool AND i.grp = g.grp AND i.state IN ('pending', 'claimed')
@@ -204,23 +199,13 @@ DECLARE
 BEGIN
     SELECT * INTO settings FROM group_pools AS gp WHERE gp.pool = p_pool;
     FOR g IN SELECT gr.grp, gr.lim, gr.paused_until FROM groups AS gr WHERE gr.pool = p_pool AND gr.live LOOP
-        IF g.grp = '' THEN
-            SELECT min(h.due) INTO head FROM claim_bands AS b CROSS JOIN LATERAL (
-                SELECT (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due
-                FROM items AS i
-                WHERE i.pool = p_pool AND i.grp IS NULL AND i.priority = b.priority AND i.state IN ('pending', 'claimed')
-                ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                LIMIT 1
-            ) AS h WHERE b.pool = p_pool;
-        ELSE
-            SELECT min(h.due) INTO head FROM claim_bands AS b CROSS JOIN LATERAL (
-                SELECT (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due
-                FROM items AS i
-                WHERE i.pool = p_pool AND i.grp = g.grp AND i.priority = b.priority AND i.state IN ('pending', 'claimed')
-                ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                LIMIT 1
-            ) AS h WHERE b.pool = p_pool;
-        END IF;
+        SELECT min(h.due) INTO head FROM claim_bands AS b CROSS JOIN LATERAL (
+            SELECT (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due
+            FROM items AS i
+            WHERE i.pool = p_pool AND i.grp = g.grp AND i.priority = b.priority AND i.state IN ('pending', 'claimed')
+            ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
+            LIMIT 1
+        ) AS h WHERE b.pool = p_pool;
         CONTINUE WHEN head IS NULL;
         IF g.paused_until > head THEN
             head := g.paused_until;
