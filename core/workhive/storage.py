@@ -224,8 +224,8 @@ cancel.py               Z1    cancel              optional (``Cancels``): each g
                                                   ``requeue(None)`` takes POISONED ones only), ``purge``
                                                   ages it out (U1).
 
-groups.py               GR1   push / claim / get  optional (``ServesGroups``): ``NewItem.group`` is kept and  groups_are_kept_by_push_claim_get_and_every_way_back_to_pending
-                                                  returned on every ``WorkItem`` (None stays None); dedup
+groups.py               GR1   push / claim / get  optional (``ServesGroups``): ``NewItem.group`` is kept and  groups_are_kept_by_push_claim_get_and_every_way_back_to_pending,
+                                                  returned on every ``WorkItem`` (None stays None); dedup     [model]
                                                   (P3) is per pool across groups; requeue, fail, release,
                                                   release_by_worker and expiry keep the group.
                         GR2   claim               turns: among the claimable items of the highest priority    equal_groups_take_turns_in_a_fixed_rotation,
@@ -241,26 +241,27 @@ groups.py               GR1   push / claim / get  optional (``ServesGroups``): `
                                                   delay due, an expiry) while others are backlogged is
                                                   served within k claims (k ready groups) and over the next
                                                   m claims takes at most m * w / sum(w) + 2.
-                        GR5   claim               priority first: an admissible item of a higher priority is  a_higher_priority_goes_first_whatever_the_turns
-                                                  claimed before any item of a lower priority, whatever the
+                        GR5   claim               priority first: an admissible item of a higher priority is  a_higher_priority_goes_first_whatever_the_turns,
+                                                  claimed before any item of a lower priority, whatever the   [model]
                                                   turns.
                         GR6   set_group_limit     a claim never leaves more than n unexpired claims of a      a_higher_priority_goes_first_whatever_the_turns,
                                                   group (its own limit, else the default ``group=None`` for   a_group_limit_caps_its_claims_and_every_settlement_frees_a_slot,
                                                   named groups; ungrouped: only the pool's), across tasks,    a_default_group_limit_binds_every_named_group_without_its_own,
                                                   processes and machines; an expiry frees the slot at its     group_and_pool_limits_hold_under_concurrent_tasks,
-                                                  expiry, complete/fail/release/cancel/reap at once; a group  group_and_pool_limits_hold_across_processes
-                                                  at its limit is skipped; lowering takes nothing back.
+                                                  expiry, complete/fail/release/cancel/reap at once; a group  group_and_pool_limits_hold_across_processes,
+                                                  at its limit is skipped; lowering takes nothing back.       [model]
                         GR7   set_pool_limit      a claim never leaves more than n unexpired claims in the    group_and_pool_limits_hold_under_concurrent_tasks,
                                                   pool, across tasks, processes and machines.                 group_and_pool_limits_hold_across_processes,
-                                                                                                              a_pool_limit_caps_the_claims_of_every_group
-                        GR8   pause_group         claims skip the group until backend now + seconds           a_paused_group_waits_and_resumes
-                                                  (claimable again at that time); None resumes at once; its
+                                                                                                              a_pool_limit_caps_the_claims_of_every_group,
+                                                                                                              [model]
+                        GR8   pause_group         claims skip the group until backend now + seconds           a_paused_group_waits_and_resumes,
+                                                  (claimable again at that time); None resumes at once; its   [model]
                                                   items wait, never fail.
                         GR9   group_report        settings are kept before a group or pool has items;         settings_made_before_any_item_are_kept,
                                                   ``group_report`` gives exactly                              the_group_report_counts_exactly,
                                                   ``GroupReport``/``GroupStats`` (expired claims ready,       bad_group_input_is_refused_and_changes_nothing,
-                                                  never in flight). Facade: bad names ``InvalidName``, bad    groups_on_a_backend_without_them_are_a_config_error
-                                                  weight, limit or pause ``InvalidArgument``; a backend
+                                                  never in flight). Facade: bad names ``InvalidName``, bad    groups_on_a_backend_without_them_are_a_config_error,
+                                                  weight, limit or pause ``InvalidArgument``; a backend       [model]
                                                   without ``ServesGroups``: ``ConfigError``; nothing
                                                   changes.
 

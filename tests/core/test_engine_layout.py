@@ -29,7 +29,7 @@ WHERE_NEEDED = {"failures.py", "schema.py", "sqlfiles.py", "luafiles.py"}
 OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
 #: Engine-specific modules, named for what they hold (CONTRIBUTING's "extra" row).
 EXTRA = {
-    "memory": {"items.py"},
+    "memory": {"items.py", "groups.py"},
     "sqlite": {"ops.py"},
     "postgres": set(),
     "redis": {"keys.py", "cluster.py", "sentinel.py"},

@@ -10,13 +10,14 @@ import attrs
 import click
 
 from workhive.cli.context import CliContext, echo, emit_json, json_option, pass_cli
-from workhive.errors import InvalidArgument, InvalidItem, StorageError, WorkhiveError
+from workhive.errors import InvalidArgument, InvalidItem, InvalidName, StorageError, WorkhiveError
 from workhive.models import Job
 from workhive.validation import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
     check_count,
     check_dedup_key,
+    check_group,
     check_nonnegative,
     check_positive,
     to_json,
@@ -37,11 +38,12 @@ class BadLine:
 
 @attrs.frozen
 class GoodLine:
-    """A line that became an item: its number in the file, its data and dedup key."""
+    """A line that became an item: its number in the file, its data, dedup key and group."""
 
     line: int
     data: Any
     dedup_key: str | None = None
+    group: str | None = None
 
 
 def _decode(text: str) -> Any:
@@ -60,14 +62,30 @@ def _decode(text: str) -> Any:
         ) from None
 
 
-def parse_lines(lines: Iterable[str], *, dedup_key_field: str | None = None) -> tuple[list[GoodLine], list[BadLine]]:
+def _group_of(data: Any, group_field: str) -> str:
+    """The group named by ``data[group_field]``; InvalidItem/InvalidName saying what is wrong otherwise."""
+    value = data.get(group_field) if isinstance(data, dict) else None
+    if not isinstance(value, str):
+        found = "no such field" if not isinstance(data, dict) or group_field not in data else f"{value!r}"
+        raise InvalidItem(f"--group-field {group_field!r}: the item has no group name there ({found}; want a string)")
+    try:
+        return check_group(value)
+    except InvalidName as exc:
+        raise InvalidName(f"--group-field {group_field!r}: {exc}", name=value) from None
+
+
+def parse_lines(
+    lines: Iterable[str], *, dedup_key_field: str | None = None, group_field: str | None = None
+) -> tuple[list[GoodLine], list[BadLine]]:
     """Parse JSON lines into items; blank lines are skipped, bad ones reported with their number.
 
-    Each good line has passed every check ``Pool.push_many`` makes of data and
-    dedup key, so pushing them cannot be refused for what a line holds.
+    Each good line has passed every check ``Pool.push_many`` makes of data,
+    dedup key and group, so pushing them cannot be refused for what a line holds.
 
     >>> parse_lines(['{"a": 1}', '', 'nope'])[1]
     [BadLine(line=3, error='not valid JSON: Expecting value (column 1)')]
+    >>> parse_lines(['{"tenant": "t-1"}', '{"tenant": 7}'], group_field="tenant")[0][0].group
+    't-1'
     """
     good: list[GoodLine] = []
     bad: list[BadLine] = []
@@ -94,7 +112,14 @@ def parse_lines(lines: Iterable[str], *, dedup_key_field: str | None = None) -> 
             except InvalidArgument as exc:
                 bad.append(BadLine(number, f"--dedup-key-field {dedup_key_field!r}: {exc}"))
                 continue
-        good.append(GoodLine(number, data, key))
+        group: str | None = None
+        if group_field is not None:
+            try:
+                group = _group_of(data, group_field)
+            except (InvalidItem, InvalidName) as exc:
+                bad.append(BadLine(number, str(exc)))
+                continue
+        good.append(GoodLine(number, data, key, group))
     return good, bad
 
 
@@ -134,6 +159,13 @@ def _partly_pushed(exc: BaseException, label: str, pool: str, pushed: int, first
     help="Seconds each item's handler may run (instead of the fleet's --timeout); > 0.",
 )
 @click.option("--dedup-key-field", metavar="FIELD", default=None, help="Use this field of each item as its dedup key.")
+@click.option("--group", "group", metavar="NAME", default=None, help="Push every item to this group (tenant).")
+@click.option(
+    "--group-field",
+    metavar="FIELD",
+    default=None,
+    help="This field of each item names its group (a string); an item without one is a bad line.",
+)
 @click.option("--skip-invalid", is_flag=True, help="Push the valid lines and report the bad ones (default: push none).")
 @json_option
 @pass_cli
@@ -146,6 +178,8 @@ def push_cmd(
     max_attempts: int | None,
     timeout: float | None,
     dedup_key_field: str | None,
+    group: str | None,
+    group_field: str | None,
     skip_invalid: bool,
     as_json: bool,
 ) -> None:
@@ -162,9 +196,15 @@ def push_cmd(
     many items were pushed and the first line that was not, so you can push the
     rest (or re-run with --dedup-key-field, which skips items already stored).
 
+    Items may carry a group (a tenant: claims serve the groups in turn, see
+    docs/groups.md): --group NAME for all of them, or --group-field FIELD to
+    take each item's group from its field FIELD (a line without a string there
+    is a bad line).
+
     \b
     Example:
       printf '{"url": "https://a.example"}\\n{"url": "https://b.example"}\\n' | workhive push pages -
+      workhive push pages --group-field tenant pages.jsonl
     """
     label = "stdin" if source.name == "<stdin>" else source.name
     # The same checks Pool.push makes, once for the options shared by every line.
@@ -174,7 +214,17 @@ def push_cmd(
         check_count("--max-attempts", max_attempts)
     if timeout is not None:
         check_positive("--timeout", timeout)
-    good, bad = parse_lines(_read(source, label), dedup_key_field=dedup_key_field)
+    if group is not None and group_field is not None:
+        raise InvalidArgument(
+            "--group and --group-field both name the items' group: give one (--group NAME for every item, "
+            "--group-field FIELD to read it from each item)"
+        )
+    if group is not None:
+        try:
+            check_group(group)
+        except InvalidName as exc:
+            raise InvalidName(f"--group: {exc}", name=group) from None
+    good, bad = parse_lines(_read(source, label), dedup_key_field=dedup_key_field, group_field=group_field)
     if bad and not skip_invalid:
         first = bad[0]
         more = f" (and {len(bad) - 1} more bad lines)" if len(bad) > 1 else ""
@@ -199,6 +249,7 @@ def push_cmd(
                         max_attempts=max_attempts,
                         dedup_key=g.dedup_key,
                         timeout=timeout,
+                        group=group if g.group is None else g.group,
                     )
                     for g in batch
                 ]

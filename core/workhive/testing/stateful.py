@@ -2,14 +2,19 @@
 
 A Hypothesis ``RuleBasedStateMachine`` drives push, claim, complete, fail,
 release, extend, heartbeat, reap, requeue, cancel (on backends with the
-optional ``cancel``) and the passing of time against a
+optional ``cancel``), groups with their weights, limits and pauses (on
+backends that serve groups) and the passing of time against a
 backend through the public facade, mirrors each step on a small pure-Python
 model, and after every step checks each item's state, attempts, token and
 lease against what the backend reports.
 
 Where the contract lets a backend choose (an expired lease may be settled
 lazily: the item reads as CLAIMED until something looks at it, or already as
-PENDING/POISONED), the model accepts both and adopts what it observes.
+PENDING/POISONED), the model accepts both and adopts what it observes. Which
+group's turn it is (GR2-GR4) is the backend's choice too: the model checks that
+each claimed item is the oldest item of a group that may be served, of the
+highest priority any such group holds (GR5), under every limit (GR6, GR7) and
+pause (GR8), and that a claim stops short only when no group may be served.
 
     from workhive.testing import StorageStatefulContract
 
@@ -37,6 +42,7 @@ import itertools
 import math
 import os
 import pathlib
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, ClassVar, TypeVar
 
@@ -50,7 +56,7 @@ from workhive.errors import LeaseLost, WorkerLost
 from workhive.hive import Hive
 from workhive.models import ItemState, WorkItem
 from workhive.plugin_manager import PluginManager
-from workhive.storage import Cancels, KeepsSteps, StorageBackend
+from workhive.storage import Cancels, KeepsSteps, ServesGroups, StorageBackend
 from workhive.testing.clock import ManualClock
 
 __all__ = ["StorageStatefulContract"]
@@ -59,6 +65,7 @@ T = TypeVar("T")
 POOLS = ("p", "q")
 WORKERS = ("w1", "w2")
 DEDUP_KEYS = ("k1", "k2")
+GROUPS = ("g1", "g2", "g3")
 STEP_KEYS = ("s1", "s2", "s3")
 MAX_ATTEMPTS = 3
 REAP_AFTER = 20.0
@@ -119,6 +126,23 @@ class _Item:
     seen_at: float | None = None
     #: durable steps (backends with ``KeepsSteps``): (key, token of the claim that stored it), in store order
     steps: list[tuple[str, int]] = attrs.field(factory=list)
+    group: str | None = None
+
+
+@attrs.define
+class _Groups:
+    """The model's group settings of one pool (backends with ``ServesGroups``)."""
+
+    weights: dict[str, float] = attrs.field(factory=dict)
+    limits: dict[str, int] = attrs.field(factory=dict)
+    default_limit: int | None = None
+    pool_limit: int | None = None
+    paused: dict[str, float] = attrs.field(factory=dict)  # group -> model time its pause ends
+
+    def limit_of(self, group: str | None) -> int | None:
+        if group is None:
+            return None  # ungrouped items: the pool limit alone
+        return self.limits.get(group, self.default_limit)
 
 
 @attrs.define
@@ -154,6 +178,8 @@ class _StorageMachine(RuleBasedStateMachine):
         self.claims: list[WorkItem] = []  # every claim ever returned, stale ones included
         self.workers: dict[str, _Worker] = {}
         self.purged: dict[str, str] = {}  # id -> pool of every purged item
+        self.serves_groups = isinstance(self.hive.storage, ServesGroups)
+        self.groups = {pool: _Groups() for pool in POOLS}
         for worker_id in WORKERS:
             record = self.run(self.hive.workers.register(worker_id=worker_id, pools=POOLS))
             assert self.close(record.last_heartbeat, self.now)
@@ -304,11 +330,20 @@ class _StorageMachine(RuleBasedStateMachine):
         delay=st.sampled_from([0.0, 0.0, 5.0]),
         max_attempts=st.integers(1, MAX_ATTEMPTS),
         key=st.sampled_from((None, None, *DEDUP_KEYS)),
+        group=st.sampled_from((None, None, *GROUPS)),
     )
-    def push(self, pool: str, priority: int, delay: float, max_attempts: int, key: str | None) -> None:
+    def push(
+        self, pool: str, priority: int, delay: float, max_attempts: int, key: str | None, group: str | None
+    ) -> None:
+        group = group if self.serves_groups else None
         item_id = self.run(
             self.hive.pool(pool).push(
-                len(self.items), priority=priority, delay=delay * self.scale, max_attempts=max_attempts, dedup_key=key
+                len(self.items),
+                priority=priority,
+                delay=delay * self.scale,
+                max_attempts=max_attempts,
+                dedup_key=key,
+                group=group,
             )
         )
         if key is not None:
@@ -340,6 +375,7 @@ class _StorageMachine(RuleBasedStateMachine):
             token=pushed.token,
             available_at=self.now + delay * self.scale,
             dedup_key=key,
+            group=group,
         )
         assert self.close(pushed.available_at, self.items[item_id].available_at), pushed
 
@@ -353,11 +389,15 @@ class _StorageMachine(RuleBasedStateMachine):
         lease *= self.scale
         candidates = self.candidates(pool)
         claimed = self.run(self.hive.pool(pool).claim_many(n, worker, lease=lease))
-        assert [i.id for i in claimed] == [m.id for m in candidates[:n]], (
-            f"claim_many({n}) returned {[i.id for i in claimed]}; in claim order the model has "
-            f"{[m.id for m in candidates]}"
-        )
-        for item, m in zip(claimed, candidates):
+        if self.serves_groups:
+            self.check_group_claims(pool, n, candidates, claimed)
+        else:
+            assert [i.id for i in claimed] == [m.id for m in candidates[:n]], (
+                f"claim_many({n}) returned {[i.id for i in claimed]}; in claim order the model has "
+                f"{[m.id for m in candidates]}"
+            )
+        for item in claimed:
+            m = self.items[item.id]
             assert item.token > m.token, "a claim must raise the fencing token"
             assert self.close(item.available_at, self.available_since(m)), f"claimed {item} keeps its available time"
             m.available_at = self.available_since(m)
@@ -367,7 +407,55 @@ class _StorageMachine(RuleBasedStateMachine):
             assert (item.state, item.attempts, item.claimed_by) == (ItemState.CLAIMED, m.attempts, worker)
             assert self.close(item.lease_expires_at, m.lease_expires_at), item
             assert (item.lease_seconds, item.releases) == (lease, m.releases), item
+            assert item.group == m.group, f"[GR1] claimed {item} lost its group {m.group!r}"
             self.claims.append(item)
+
+    def in_flight(self, pool: str) -> Counter[str | None]:
+        """Unexpired claims of ``pool`` per group."""
+        return Counter(
+            m.group
+            for m in self.items.values()
+            if m.pool == pool and m.state is ItemState.CLAIMED and not self.expired(m)
+        )
+
+    def servable_heads(self, pool: str, left: list[_Item], flying: Counter[str | None]) -> dict[str | None, _Item]:
+        """The oldest claimable item (C1 order) of each group that may be served now: not paused, under its limit."""
+        settings = self.groups[pool]
+        heads: dict[str | None, _Item] = {}
+        for m in left:
+            heads.setdefault(m.group, m)
+        servable = {}
+        for group, head in heads.items():
+            until = settings.paused.get(group) if group is not None else None
+            limit = settings.limit_of(group)
+            if (until is None or until <= self.now) and (limit is None or flying[group] < limit):
+                servable[group] = head
+        return servable
+
+    def check_group_claims(self, pool: str, n: int, candidates: list[_Item], claimed: list[WorkItem]) -> None:
+        """[GR5][GR6][GR7][GR8] each claimed item, in turn, is the head of a servable group with the highest
+        priority any servable group holds; the pool stays under its limit; a short batch means none was left."""
+        settings = self.groups[pool]
+        flying = self.in_flight(pool)
+        left = list(candidates)
+        for item in claimed:
+            where = (
+                f"claim_many({n}) returned {[(i.id, i.group, i.priority) for i in claimed]}; claimable in C1 order "
+                f"{[(m.id, m.group, m.priority) for m in candidates]}, in flight {dict(flying)}, {settings}"
+            )
+            assert settings.pool_limit is None or sum(flying.values()) < settings.pool_limit, f"[GR7] {where}"
+            servable = self.servable_heads(pool, left, flying)
+            m = self.items.get(item.id)
+            assert m is not None and servable.get(m.group) is m, f"[GR6][GR8] {item.id} was not servable: {where}"
+            assert m.priority == max(h.priority for h in servable.values()), f"[GR5] {where}"
+            left.remove(m)
+            flying[m.group] += 1
+        if len(claimed) < n:
+            full = settings.pool_limit is not None and sum(flying.values()) >= settings.pool_limit
+            servable = self.servable_heads(pool, left, flying)
+            assert full or not servable, (
+                f"claim_many({n}) stopped after {len(claimed)}: {[m.id for m in servable.values()]} could be served"
+            )
 
     @precondition(lambda self: self.claims)
     @rule(i=st.integers(0, 10_000), with_result=st.booleans())
@@ -617,6 +705,85 @@ class _StorageMachine(RuleBasedStateMachine):
             if isinstance(self.hive.storage, KeepsSteps):  # [ST5] its steps went with it
                 assert self.run(self.hive.storage.step_list(m.pool, m.id)) == [], f"purged {m.id} kept its steps"
 
+    @precondition(lambda self: self.serves_groups)
+    @rule(pool=st.sampled_from(POOLS), group=st.sampled_from(GROUPS), weight=st.sampled_from([0.5, 1.0, 2.0, 3.0]))
+    def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        self.run(self.hive.pool(pool).set_group_weight(group, weight))
+        self.groups[pool].weights[group] = weight
+
+    @precondition(lambda self: self.serves_groups)
+    @rule(
+        pool=st.sampled_from(POOLS),
+        group=st.sampled_from((None, *GROUPS)),
+        limit=st.sampled_from((None, 1, 1, 2)),
+    )
+    def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        """[GR6] a group's own limit, or (group None) the default of every named group without one."""
+        settings = self.groups[pool]
+        if group is None:
+            self.run(self.hive.pool(pool).set_default_group_limit(limit))
+            settings.default_limit = limit
+            return
+        self.run(self.hive.pool(pool).set_group_limit(group, limit))
+        if limit is None:
+            settings.limits.pop(group, None)
+        else:
+            settings.limits[group] = limit
+
+    @precondition(lambda self: self.serves_groups)
+    @rule(pool=st.sampled_from(POOLS), limit=st.sampled_from((None, 1, 2, 3)))
+    def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        self.run(self.hive.pool(pool).set_limit(limit))
+        self.groups[pool].pool_limit = limit
+
+    @precondition(lambda self: self.serves_groups)
+    @rule(pool=st.sampled_from(POOLS), group=st.sampled_from(GROUPS), seconds=st.sampled_from((None, 5.0, 11.0)))
+    def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        """[GR8] claims skip the group until now + seconds (a multiple of the scale: never a blurred boundary)."""
+        self.run(self.hive.pool(pool).pause_group(group, None if seconds is None else seconds * self.scale))
+        if seconds is None:
+            self.groups[pool].paused.pop(group, None)
+        else:
+            self.groups[pool].paused[group] = self.now + seconds * self.scale
+
+    @precondition(lambda self: self.serves_groups)
+    @rule(pool=st.sampled_from(POOLS))
+    def group_report(self, pool: str) -> None:
+        """[GR9] the report's counts, settings and groups are the model's (a rule: it may settle expired leases)."""
+        report = self.run(self.hive.pool(pool).groups())
+        settings = self.groups[pool]
+        counts: dict[str | None, list[int]] = {}  # group -> [in flight, ready, waiting]
+        for m in self.items.values():
+            if m.pool != pool:
+                continue
+            if m.state is ItemState.CLAIMED:
+                if not self.expired(m):
+                    counts.setdefault(m.group, [0, 0, 0])[0] += 1
+                elif m.attempts < m.max_attempts:  # an expired claim is ready again; a spent one is poisoned
+                    counts.setdefault(m.group, [0, 0, 0])[1] += 1
+            elif m.state is ItemState.PENDING:
+                counts.setdefault(m.group, [0, 0, 0])[1 if m.available_at <= self.now else 2] += 1
+        paused = {g: until for g, until in settings.paused.items() if until > self.now}
+        names = set(counts) | set(settings.weights) | set(settings.limits) | set(paused)
+        want = [
+            (
+                name,
+                settings.weights.get(name, 1.0) if name is not None else 1.0,
+                settings.limits.get(name) if name is not None else None,
+                *counts.get(name, [0, 0, 0]),
+            )
+            for name in sorted(names, key=lambda g: (g is not None, g or ""))
+        ]
+        got = [(g.group, g.weight, g.limit, g.in_flight, g.ready, g.waiting) for g in report.groups]
+        assert got == want, f"group_report({pool}) = {report}; the model has {want}"
+        assert (report.pool, report.pool_limit, report.default_limit) == (
+            pool,
+            settings.pool_limit,
+            settings.default_limit,
+        ), report
+        for g in report.groups:
+            assert self.close(g.paused_until, paused.get(g.group)), f"paused_until of {g.group}: {report}"
+
     def expect_lease_lost(self, coro: Coroutine[Any, Any, Any]) -> None:
         try:
             self.run(coro)
@@ -639,6 +806,7 @@ class _StorageMachine(RuleBasedStateMachine):
             assert seen.token == m.token, f"token differs: {where}"
             assert seen.attempts == m.attempts, f"attempts differ: {where}"
             assert seen.releases == m.releases, f"releases differ: {where}"
+            assert seen.group == m.group, f"[GR1] group differs: {where}"
             if self.expired(m) and seen.state is not ItemState.CLAIMED:
                 self.adopt_expiry(m, seen)
                 continue
@@ -720,7 +888,7 @@ class StorageStatefulContract:
         raise NotImplementedError("override make_backend() in your StorageStatefulContract subclass")
 
     def test_storage_matches_the_model(self, tmp_path: pathlib.Path) -> None:
-        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1][ST1][ST2][ST4][ST5][Z1][Z2][Z3]
+        """[F2][P2][P3][C1][A1][S1][X1][X2][G1][L3][T1][T2][T3][Q1][Q2][U1][W2][W3][W5][R1][ST1][ST2][ST4][ST5][Z1][Z2][Z3][GR1][GR5][GR6][GR7][GR8][GR9]
         random sequences of operations leave the backend where a reference model says they must.
 
         After every step each item's state, attempts, token and lease, the stats and the pools are

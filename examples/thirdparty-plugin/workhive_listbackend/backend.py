@@ -7,6 +7,11 @@ here is the semantics, which ``workhive.testing.StorageContract`` checks.
 
 Nothing in a method awaits between reading and writing, so concurrent asyncio
 tasks cannot claim the same item (the atomicity the contract requires).
+
+Groups (the optional ``workhive.ServesGroups``, rules GR1-GR9) are served by
+start-time fair queuing, again by scanning: each claim looks at every group's
+oldest ready item. An engine for many tenants keeps a heap of ready groups
+instead (workhive-memory does).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Callable, Sequence
 from workhive import (
     Ack,
     ConfigError,
+    GroupReport,
+    GroupStats,
     HiveNotFound,
     ItemState,
     NewItem,
@@ -64,6 +71,7 @@ class _Row:
     result_payload: str | None = None
     finished_at: float | None = None
     releases: int = 0
+    group: str | None = None
     #: durable steps (ctx.step), in store order; they live and die with the row (purge)
     steps: list[StepRecord] = dataclasses.field(default_factory=list)
 
@@ -84,6 +92,35 @@ class _Row:
 
 
 @dataclasses.dataclass
+class _Groups:
+    """One pool's group settings and turns (GR2-GR9)."""
+
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
+    limits: dict[str, int] = dataclasses.field(default_factory=dict)
+    default_limit: int | None = None
+    pool_limit: int | None = None
+    paused_until: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: each group's finish tag: where its next turn starts, unless the pool has moved past it
+    finish: dict[str | None, float] = dataclasses.field(default_factory=dict)
+    #: the start tag of the last turn served: a group that idled starts its next turn here (no banked credit)
+    turn: float = 0.0
+
+    def limit_of(self, group: str | None) -> int | None:
+        if group is None:
+            return None  # ungrouped items are bound by the pool limit alone
+        return self.limits.get(group, self.default_limit)
+
+    def start(self, group: str | None) -> float:
+        return max(self.finish.get(group, 0.0), self.turn)
+
+    def serve(self, group: str | None) -> None:
+        start = self.start(group)
+        weight = 1.0 if group is None else self.weights.get(group, 1.0)
+        self.finish[group] = start + 1.0 / weight
+        self.turn = start
+
+
+@dataclasses.dataclass
 class _Tables:
     """Everything one store holds; ``list://NAME`` shares it between backends of the process."""
 
@@ -92,6 +129,7 @@ class _Tables:
     workers: list[WorkerRecord] = dataclasses.field(default_factory=list)
     state: dict[tuple[str, str], tuple[str, float | None]] = dataclasses.field(default_factory=dict)
     schedules: list[Schedule] = dataclasses.field(default_factory=list)
+    groups: dict[str, _Groups] = dataclasses.field(default_factory=dict)
 
 
 _URL = re.compile(r"list://([A-Za-z0-9][A-Za-z0-9._\-]{0,199})?")
@@ -194,6 +232,7 @@ class ListStorage:
                 dedup_key=new.dedup_key,
                 created_at=now,
                 available_at=now + new.delay,
+                group=new.group,
             )
             self._t.rows.append(row)
             ids.append(row.id)
@@ -204,8 +243,14 @@ class ListStorage:
         self._settle_expired(pool, now)
         ready = [r for r in self._t.rows if r.pool == pool and r.state is ItemState.PENDING and r.available_at <= now]
         ready.sort(key=lambda r: (-r.priority, r.available_at, r.seq))
+        groups = self._groups(pool)
         claimed = []
-        for row in ready[:limit]:
+        for _ in range(limit):  # a batch takes its items as that many one-item claims would (GR2)
+            row = self._next_in_turn(pool, groups, ready, now)
+            if row is None:
+                break
+            ready.remove(row)
+            groups.serve(row.group)
             row.state = ItemState.CLAIMED
             row.claimed_by = worker_id
             row.attempts += 1
@@ -214,6 +259,33 @@ class ListStorage:
             row.lease_expires_at = now + lease
             claimed.append(row.snapshot())
         return claimed
+
+    def _next_in_turn(self, pool: str, groups: _Groups, ready: list[_Row], now: float) -> _Row | None:
+        """The oldest ready item of the group whose turn it is, among those under their limits and not paused."""
+        in_flight: dict[str | None, int] = {}
+        for r in self._t.rows:  # expired claims were settled by the caller: every CLAIMED row holds a slot
+            if r.pool == pool and r.state is ItemState.CLAIMED:
+                in_flight[r.group] = in_flight.get(r.group, 0) + 1
+        if groups.pool_limit is not None and sum(in_flight.values()) >= groups.pool_limit:
+            return None
+        heads: dict[str | None, _Row] = {}
+        for row in ready:  # in claim order (C1), so the first row of each group is its oldest
+            heads.setdefault(row.group, row)
+
+        def servable_now(group: str | None) -> bool:
+            if group is not None and groups.paused_until.get(group, now) > now:
+                return False
+            limit = groups.limit_of(group)
+            return limit is None or in_flight.get(group, 0) < limit
+
+        servable = [row for group, row in heads.items() if servable_now(group)]
+        if not servable:
+            return None
+        top = max(row.priority for row in servable)  # priority first (GR5), then the turns (GR2-GR4)
+        return min(
+            (row for row in servable if row.priority == top),
+            key=lambda row: (groups.start(row.group), row.group or ""),
+        )
 
     async def complete(self, pool: str, acks: Sequence[Ack]) -> list[bool]:
         now = self._clock()
@@ -373,6 +445,53 @@ class ListStorage:
             if row is not None and row.state in (ItemState.PENDING, ItemState.CLAIMED):
                 row.to_finished(ItemState.CANCELLED, now)
         return out
+
+    # -- groups: the optional ServesGroups capability (rules GR1-GR9) ------------
+    def _groups(self, pool: str) -> _Groups:
+        return self._t.groups.setdefault(pool, _Groups())
+
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        self._groups(pool).weights[group] = weight
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        groups = self._groups(pool)
+        if group is None:
+            groups.default_limit = limit
+        elif limit is None:
+            groups.limits.pop(group, None)
+        else:
+            groups.limits[group] = limit
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        self._groups(pool).pool_limit = limit
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        paused = self._groups(pool).paused_until
+        if seconds is None:
+            paused.pop(group, None)
+        else:
+            paused[group] = self._clock() + seconds
+
+    async def group_report(self, pool: str) -> GroupReport:
+        now = self._clock()
+        self._settle_expired(pool, now)  # expired claims count as ready (or poisoned), never in flight
+        groups = self._t.groups.get(pool, _Groups())
+        counts: dict[str | None, list[int]] = {}  # group -> [in flight, ready, waiting]
+        for row in self._t.rows:
+            if row.pool != pool or row.state not in (ItemState.PENDING, ItemState.CLAIMED):
+                continue
+            column = 0 if row.state is ItemState.CLAIMED else 1 if row.available_at <= now else 2
+            counts.setdefault(row.group, [0, 0, 0])[column] += 1
+        paused = {group: until for group, until in groups.paused_until.items() if until > now}
+        names = set(counts) | set(groups.weights) | set(groups.limits) | set(paused)
+        report = []
+        for name in sorted(names, key=lambda g: (g is not None, g or "")):
+            in_flight, ready, waiting = counts.get(name, [0, 0, 0])
+            weight = 1.0 if name is None else groups.weights.get(name, 1.0)
+            limit = None if name is None else groups.limits.get(name)
+            until = None if name is None else paused.get(name)
+            report.append(GroupStats(name, weight, limit, in_flight, ready, waiting, until))
+        return GroupReport(pool, groups.pool_limit, groups.default_limit, tuple(report))
 
     async def pools(self) -> list[str]:
         return sorted({r.pool for r in self._t.rows})

@@ -548,7 +548,8 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         for rec in index.pending.values():
             counts.setdefault(rec.group, [0, 0, 0])[1 if rec.available_at <= now else 2] += 1
         if groups is None:  # only ungrouped items, no settings
-            return GroupReport(pool, None, None, tuple(GroupStats(None, 1.0, None, *c) for c in counts.values()))
+            ungrouped = tuple(GroupStats(None, 1.0, None, c[0], c[1], c[2]) for c in counts.values())
+            return GroupReport(pool, None, None, ungrouped)
         names = set(counts) | {name for name, state in groups.groups.items() if groups.has_settings(state, now)}
         shown = []
         for name in sorted(names, key=lambda n: (n is not None, n or "")):
@@ -558,7 +559,8 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
                 weight = 1.0 if state.weight is None else state.weight
                 limit = state.limit
                 paused = state.paused_until if state.paused_until is not None and state.paused_until > now else None
-            shown.append(GroupStats(name, weight, limit, *counts.get(name, (0, 0, 0)), paused))
+            flying, ready, waiting = counts.get(name, (0, 0, 0))
+            shown.append(GroupStats(name, weight, limit, flying, ready, waiting, paused))
         return GroupReport(pool, groups.pool_limit, groups.default_limit, tuple(shown))
 
     async def pools(self) -> list[str]:

@@ -269,11 +269,6 @@ class PoolIndex:
             self.grouping()
         self.groups.add_ready(rec, available_at)  # type: ignore[union-attr]
 
-    def ready_size(self) -> int:
-        if self.groups is None:
-            return self.ready.size
-        return sum(state.queue.size for state in self.groups.groups.values())
-
     # -- moving between states ---------------------------------------------
     def move(self, rec: ItemRecord, state: ItemState) -> None:
         if rec.state is CLAIMED and self.groups is not None:
