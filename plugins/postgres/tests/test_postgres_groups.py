@@ -10,6 +10,8 @@ import pytest
 
 import workhive
 from workhive_postgres import PostgresStorage
+from workhive_postgres.sqlfiles import statements as schema_statements
+from workhive_postgres.sqlfiles import with_limit
 
 
 async def _live_groups(conn: asyncpg.Connection, pool: str) -> list[str]:
@@ -102,3 +104,26 @@ async def test_an_idle_worker_waits_for_a_paused_group_or_a_freed_slot_not_for_i
         assert 400 < (await due() or 0) <= 500  # the slot frees at the lease's expiry, before the pause ends
         await pool.pause_group("paused", None)
         assert (await due() or 1) <= 0
+
+
+@pytest.mark.asyncio
+async def test_the_claim_of_a_pool_without_groups_reads_its_range_in_index_order(url: str, schema: str) -> None:
+    """Ungrouped items hold grp = '' (an equality): with grp IS NULL the planner sorted every due
+    entry of the band for each claim (17 ms against 0.26 ms from a 2,500-item backlog)."""
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            await hive.pool("jobs").push_many([{"n": n} for n in range(3000)])
+            await conn.execute("ANALYZE items")
+            q = schema_statements(schema)
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await conn.execute(f"SET plan_cache_mode = {mode}")
+                for limit in (1, 100):
+                    plan = "\n".join(
+                        r[0]
+                        for r in await conn.fetch("EXPLAIN " + with_limit(q["claim"], limit), 0.0, "jobs", "w1", 60.0)
+                    )
+                    assert "items_claimable" in plan, plan
+                    assert "Sort Key: (CASE" not in plan, (mode, limit, plan)  # only the bands are sorted
+    finally:
+        await conn.close()

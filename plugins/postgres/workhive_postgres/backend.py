@@ -873,9 +873,9 @@ class PostgresStorage:
             limits = await conn.fetchrow(self._q["group_pool_settings"], pool)
             rows = await conn.fetch(self._q["group_report"], self._off(), pool)
         groups = []
-        for grp, weight, limit, paused_until, in_flight, ready, waiting, now in rows:
+        for grp, weight, weight_set, limit, paused_until, in_flight, ready, waiting, now in rows:
             paused = paused_until if paused_until is not None and paused_until > now else None
-            own = weight != 1 or limit is not None or paused is not None
+            own = weight_set or limit is not None or paused is not None
             if not (own or in_flight or ready or waiting):
                 continue  # a group whose items are all done and that has no setting of its own
             name = grp or None  # '' is the ungrouped items' row

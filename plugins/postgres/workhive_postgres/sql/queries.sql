@@ -578,8 +578,8 @@ SELECT @hive.next_due_grouped($1, $2);
 WITH grouped AS (
     INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
 )
-INSERT INTO @hive.groups AS old (pool, grp, weight) VALUES ($1, $2, $3)
-ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight;
+INSERT INTO @hive.groups AS old (pool, grp, weight, weight_set) VALUES ($1, $2, $3, true)
+ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = true;
 
 -- group_set_limit --
 -- Group $2 of pool $1 holds at most $3 unexpired claims (NULL: no limit of its own).
@@ -613,7 +613,7 @@ SELECT pool_limit, default_limit FROM @hive.group_pools WHERE pool = $1;
 
 -- group_report --
 -- Per group of pool $2 ('' = the ungrouped items) that has live items or a row in groups:
--- its weight, own limit, pause end, claims in flight (unexpired), ready items (pending and
+-- its weight, whether the weight was set, its own limit, pause end, claims in flight (unexpired), ready items (pending and
 -- due, or expired claims with attempts left), waiting items (pending, not yet due), and the
 -- hive's clock. Counts the pool's live items once (a report, not a claim).
 WITH clock AS (
@@ -628,9 +628,10 @@ WITH clock AS (
     WHERE pool = $2 AND state IN ('pending', 'claimed')
     GROUP BY grp
 ), settings AS (
-    SELECT grp, weight, lim, paused_until FROM @hive.groups WHERE pool = $2
+    SELECT grp, weight, weight_set, lim, paused_until FROM @hive.groups WHERE pool = $2
 )
-SELECT coalesce(counts.grp, settings.grp) AS grp, coalesce(settings.weight, 1) AS weight, settings.lim,
+SELECT coalesce(counts.grp, settings.grp) AS grp, coalesce(settings.weight, 1) AS weight,
+    coalesce(settings.weight_set, false), settings.lim,
     settings.paused_until, coalesce(counts.in_flight, 0), coalesce(counts.ready, 0), coalesce(counts.waiting, 0),
     (SELECT at FROM clock)
 FROM counts FULL JOIN settings ON settings.grp = counts.grp

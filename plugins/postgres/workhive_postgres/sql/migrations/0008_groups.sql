@@ -42,6 +42,7 @@ CREATE TABLE group_pools (
 
 -- One row per group of a pool that was pushed to or given a setting; grp '' is the
 -- ungrouped items (one group for turns, weight 1, bound only by the pool limit).
+-- weight_set: the weight was given (group_report lists the group then, even at weight 1).
 -- live: the group may hold pending or claimed items. Pushes and requeues set it (their
 -- upsert locks the row until they commit); a claim clears it, under the row lock and in a
 -- statement after taking it, when the group has no live item left. Claims visit only
@@ -50,6 +51,7 @@ CREATE TABLE groups (
     pool text NOT NULL,
     grp text NOT NULL,
     weight float8 NOT NULL DEFAULT 1,
+    weight_set boolean NOT NULL DEFAULT false,
     lim integer,
     paused_until float8,
     vt float8 NOT NULL DEFAULT 0,
