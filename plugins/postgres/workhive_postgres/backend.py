@@ -667,12 +667,14 @@ class PostgresStorage:
         self, conn: Any, pool: str, key: int, ack: Ack, worker_id: str, limit: int, lease: float
     ) -> tuple[bool, list[WorkItem]]:
         if pool in self._grouped:
-            # One transaction: the completion frees its group's slot before the claim counts them.
-            async with conn.transaction():
-                done = await conn.fetchval(self._q["complete_one"], self._off(), pool, key, ack.token, ack.result)
-                if done is None:
-                    return False, []
-                return True, await self._claim_grouped(conn, pool, worker_id, limit, lease)
+            # One call: the completion frees its group's slot before the claim counts the slots.
+            rows = await conn.fetch(
+                self._q["complete_and_claim_grouped"], self._off(), pool, key, ack.token, ack.result,
+                worker_id, lease, limit,
+            )  # fmt: skip
+            if not rows:
+                return False, []
+            return True, [_claimed(r[1:], pool, worker_id, lease) for r in rows if r[13]]
         rows = await conn.fetch(
             with_limit(self._q["complete_and_claim"], limit), self._off(), pool, key, ack.token, ack.result,
             worker_id, lease,

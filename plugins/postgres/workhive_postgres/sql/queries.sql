@@ -568,6 +568,12 @@ SELECT EXISTS (SELECT FROM @hive.group_pools WHERE pool = $1);
 -- group. A spent expired lease met on the way is poisoned and returned with taken = false.
 SELECT * FROM @hive.claim_grouped($1, $2, $3, $4, $5);
 
+-- complete_and_claim_grouped --
+-- complete_and_claim for a pool with groups (migration 0008): complete item $3 of pool $2
+-- (token $4, result $5) and, only if accepted, claim up to $8 items for worker $6 with a
+-- lease of $7 s, in one call. No row: refused; else rows of (accepted, claim_grouped's row).
+SELECT * FROM @hive.complete_and_claim_grouped($1, $2, $3, $4, $5, $6, $7, $8);
+
 -- next_due_grouped --
 -- next_due for a pool with groups (migration 0008).
 SELECT @hive.next_due_grouped($1, $2);

@@ -232,3 +232,39 @@ BEGIN
     RETURN soonest - at;
 END
 $$;
+
+-- complete_and_claim for a pool with groups: complete item p_id under token p_token with
+-- p_result if its claim is current and unexpired; only then claim as claim_grouped does.
+-- One call, so the pool's lock is held for the server's work only, never across a round
+-- trip (as a client-side transaction it was held until the COMMIT arrived). Rows as
+-- claim_grouped's, each with accepted first; one row of NULLs but accepted when the
+-- completion was accepted and nothing was claimed; no row when it was refused.
+CREATE FUNCTION complete_and_claim_grouped(
+    clock_offset float8, p_pool text, p_id bigint, p_token bigint, p_result text,
+    p_worker text, p_lease float8, p_limit integer
+)
+RETURNS TABLE (
+    accepted boolean, id bigint, payload text, priority integer, attempts integer, max_attempts integer,
+    token bigint, created_at float8, available_at float8, lease_expires_at float8, dedup_key text, error text,
+    releases integer, taken boolean, grp text
+)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+    at float8 := now_s(clock_offset);
+    claimed integer := 0;
+BEGIN
+    UPDATE items AS i SET state = 'done', result = p_result, finished_at = at, lease_expires_at = NULL, lease_seconds = NULL
+    WHERE i.id = p_id AND (i.pool = p_pool AND i.state = 'claimed' AND i.token = p_token AND i.lease_expires_at > at) IS TRUE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT true, c.* FROM claim_grouped(clock_offset, p_pool, p_worker, p_lease, p_limit) AS c;
+    GET DIAGNOSTICS claimed = ROW_COUNT;
+    IF claimed = 0 THEN
+        accepted := true;
+        RETURN NEXT;
+    END IF;
+END
+$$;
