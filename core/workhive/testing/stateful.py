@@ -782,7 +782,8 @@ class _StorageMachine(RuleBasedStateMachine):
             settings.default_limit,
         ), report
         for g in report.groups:
-            assert self.close(g.paused_until, paused.get(g.group)), f"paused_until of {g.group}: {report}"
+            want_until = None if g.group is None else paused.get(g.group)
+            assert self.close(g.paused_until, want_until), f"paused_until of {g.group}: {report}"
 
     def expect_lease_lost(self, coro: Coroutine[Any, Any, Any]) -> None:
         try:

@@ -206,7 +206,9 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
                 return []
             pop = ready.pop
         else:  # turns, weights, limits and pauses (GR2-GR8): workhive_memory.groups
-            groups.prepare(now)
+            groups.now = now
+            if groups.pauses:
+                groups.prepare(now)
             pop = groups.pop
         held = self._held.get(worker_id)
         if held is None:
@@ -272,6 +274,7 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
         done = index.done
         dedup = index.dedup
         groups = index.groups
+        by_group = None if groups is None else groups.groups
         out: list[bool] = []
         for ack in acks:
             rec = items.get(ack.item_id)
@@ -285,8 +288,12 @@ class MemoryStorage(MemoryBudgets, MemorySchedules):
             worker = held.get(rec.claimed_by)  # type: ignore[arg-type]
             if worker is not None:
                 worker.pop(rec, None)
-            if groups is not None:
-                groups.unheld(rec)  # its slot is free (GR6, GR7)
+            if by_group is not None:  # its slot is free (GR6, GR7): GroupIndex.unheld, inlined
+                state = by_group[rec.group]
+                state.in_flight -= 1
+                groups.in_flight -= 1  # type: ignore[union-attr]
+                if not state.queued:
+                    groups.offer(state)  # type: ignore[union-attr]
             del claimed[rec.id]
             done[rec.id] = rec
             rec.state = DONE

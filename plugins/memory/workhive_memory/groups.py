@@ -34,13 +34,26 @@ _Entry = tuple[int, float, str, int, "GroupState"]
 class GroupState:
     """One group of one pool: its ready items and what rules it."""
 
-    __slots__ = ("in_flight", "key", "limit", "name", "paused_until", "queue", "queued", "version", "vt", "weight")
+    __slots__ = (
+        "in_flight",
+        "key",
+        "limit",
+        "name",
+        "paused_until",
+        "queue",
+        "queued",
+        "step",
+        "version",
+        "vt",
+        "weight",
+    )
 
     def __init__(self, name: str | None, queue: ReadyQueue) -> None:
         self.name = name
         self.key = "" if name is None else name  # no group name is empty: the ungrouped sort first
         self.queue = queue
         self.weight: float | None = None  # None: never set (1)
+        self.step = 1.0  # 1 / weight: how far one turn moves its vt
         self.limit: int | None = None  # its own
         self.paused_until: float | None = None
         self.in_flight = 0
@@ -148,27 +161,48 @@ class GroupIndex:
                     self.offer(state)
 
     def pop(self) -> ItemRecord | None:
-        """The next item to claim (GR2-GR8), counted in flight; None when nothing admissible is ready."""
+        """The next item to claim (GR2-GR8), counted in flight; None when nothing admissible is ready.
+
+        The hot path of a grouped pool, so ``under_limit`` and ``offer`` are inlined: the served group's
+        entry is replaced in place (one sift) rather than popped and pushed again.
+        """
         if self.pool_limit is not None and self.in_flight >= self.pool_limit:
             return None
         heap = self.heap
+        now = self.now
         while heap:
-            _, _, _, version, state = heapq.heappop(heap)
-            if version != state.version or not state.queued:
-                continue  # superseded by a newer entry of the same group
-            state.queued = False
-            paused = state.paused_until
-            if (paused is not None and paused > self.now) or not self.under_limit(state):
-                continue  # out of the turns until its pause ends or a slot frees
-            rec = state.queue.pop()
-            if rec is None:
+            entry = heap[0]
+            state = entry[4]
+            if entry[3] != state.version or not state.queued:
+                heapq.heappop(heap)  # superseded by a newer entry of the same group
                 continue
-            before = state.vt
-            state.vt = max(before, self.pool_vt) + 1.0 / (state.weight or 1.0)
-            self.pool_vt = max(self.pool_vt, before)
+            limit = state.limit
+            if limit is None and state.name is not None:
+                limit = self.default_limit
+            paused = state.paused_until
+            if (paused is not None and paused > now) or (limit is not None and state.in_flight >= limit):
+                heapq.heappop(heap)  # out of the turns until its pause ends or a slot frees
+                state.queued = False
+                continue
+            rec, top = state.queue.pop_head()
+            if rec is None:  # never: a queued group has items
+                heapq.heappop(heap)
+                state.queued = False
+                continue
+            vt = state.vt
+            pool_vt = self.pool_vt
+            if vt > pool_vt:
+                self.pool_vt = vt
+                pool_vt = vt
+            state.vt = vt = pool_vt + state.step  # this turn starts at max(vt, pool_vt)
             state.in_flight += 1
             self.in_flight += 1
-            self.offer(state, fresh=False)
+            if top is None or (limit is not None and state.in_flight >= limit):
+                heapq.heappop(heap)
+                state.queued = False
+            else:
+                state.version += 1
+                heapq.heapreplace(heap, (-top, vt, state.key, state.version, state))
             return rec
         return None
 
@@ -190,7 +224,9 @@ class GroupIndex:
 
     # -- settings -----------------------------------------------------------
     def set_weight(self, name: str, weight: float) -> None:
-        self.group(name).weight = weight
+        state = self.group(name)
+        state.weight = weight
+        state.step = 1.0 / weight
 
     def set_limit(self, name: str | None, limit: int | None) -> None:
         if name is None:

@@ -187,6 +187,24 @@ class ReadyQueue:
             del self._levels[-heapq.heappop(priorities)]
         return None
 
+    def pop_head(self) -> tuple[ItemRecord | None, int | None]:
+        """``pop()`` and the priority of the new head (None when emptied), for the turns of groups in one call."""
+        priorities = self._priorities
+        while priorities:
+            top = -priorities[0]
+            level = self._levels[top]
+            fifo, heap = level.fifo, level.heap
+            if fifo:
+                entry = heapq.heappop(heap) if heap and heap[0] < fifo[0] else fifo.popleft()
+            elif heap:
+                entry = heapq.heappop(heap)
+            else:
+                del self._levels[-heapq.heappop(priorities)]
+                continue
+            self.size -= 1
+            return entry[2], (top if fifo or heap else self.top_priority())
+        return None, None
+
     def earliest(self) -> float | None:
         """The smallest ``available_at`` of any ready item: each level's deque is sorted, its heap a heap."""
         heads = [entry[0][0] for level in self._levels.values() for entry in (level.fifo, level.heap) if entry]
