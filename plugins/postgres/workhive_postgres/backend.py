@@ -52,6 +52,8 @@ from workhive.errors import (
 from workhive.ids import item_number
 from workhive.models import (
     Ack,
+    GroupReport,
+    GroupStats,
     ItemState,
     NewItem,
     PoolStats,
@@ -88,7 +90,7 @@ _WORKER_STATES = {s.value: s for s in WorkerStatus}
 #: Pushes of at least this many items (without dedup keys) go by COPY: about twice the
 #: rows per second of one INSERT … SELECT FROM unnest(…) for large batches.
 COPY_FROM = 1000
-_COPY_COLUMNS = ("id", "pool", "payload", "state", "priority", "max_attempts", "created_at", "available_at")
+_COPY_COLUMNS = ("id", "pool", "payload", "state", "priority", "max_attempts", "created_at", "available_at", "grp")
 #: How often a conflicting transaction (deadlock, serialization failure) is run again before giving up.
 CONFLICT_RETRIES = 20
 #: Claim marks (migration 0005): seconds between moves of a band's mark (the hive's clock;
@@ -123,9 +125,10 @@ def _item(row: Sequence[Any]) -> WorkItem:
 
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, lease: float) -> WorkItem:
     r = row  # the id is _id's, inlined: one call less per claimed item
+    # claim_grouped's rows carry the group after `taken`; the claim of a pool without groups takes ungrouped items only.
     return WorkItem(
         f"i{r[0]:016x}", pool, r[1], ItemState.CLAIMED, r[2], r[3], r[4], r[5], r[6], r[7],
-        worker_id, r[8], lease, r[9], r[10], None, None, r[11],
+        worker_id, r[8], lease, r[9], r[10], None, None, r[11], (r[13] or None) if len(r) > 13 else None,
     )  # fmt: skip
 
 
@@ -194,6 +197,9 @@ class PostgresStorage:
         self.marks_lag = MARKS_LAG
         self.sweep_every = SWEEP_EVERY
         self._marks_next: dict[str, float] = {}
+        #: pools this process has seen to have groups (a pool never stops having them): their
+        #: claims go straight to claim_grouped instead of first trying the ungrouped claim
+        self._grouped: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.url} {'open' if self._pool is not None else 'closed'}>"
@@ -432,12 +438,17 @@ class PostgresStorage:
         if event is None:
             event = self._events[pool] = asyncio.Event()
         listening = await self._listen()
-        due = await self._run("looking for work", self._fetchval, "next_due", self._off(), pool)
+        grouped = pool in self._grouped or await self._run("looking for work", self._has_groups, pool)
+        due = await self._run(
+            "looking for work", self._fetchval, "next_due_grouped" if grouped else "next_due", self._off(), pool
+        )
         if timeout <= 0 or (due is not None and due <= 0):
             return
         wait = timeout if due is None else min(timeout, float(due))
-        if not listening:
-            wait = min(wait, 1.0)  # no wake-ups until the listener is back: look again soon
+        if not listening or grouped:
+            # No wake-ups until the listener is back; or a completion may free a group's slot, and
+            # completions notify no one (that would cost every pool's hot path): look again soon.
+            wait = min(wait, 1.0)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(event.wait(), wait)
 
@@ -465,6 +476,7 @@ class PostgresStorage:
             [float(i.delay) for i in items],
             [i.dedup_key for i in items],
             self._channel,
+            [i.group for i in items],
         )
         return [_id(r[0]) for r in rows]
 
@@ -482,13 +494,16 @@ class PostgresStorage:
                 append = ids.append
                 for n, i in zip(numbers, items):
                     append(_id(n))
-                    yield (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay)
+                    yield (n, pool, i.payload, "pending", i.priority, i.max_attempts, now, now + i.delay, i.group or "")
 
             await conn.copy_records_to_table(
                 "items", records=records(), columns=_COPY_COLUMNS, schema_name=self.config.schema
             )
             await conn.execute(q["record_pool"], pool)
             await conn.execute(q["record_bands"], pool, list({i.priority for i in items}))
+            groups = sorted({i.group for i in items if i.group is not None})
+            if groups:
+                await conn.execute(q["record_groups"], pool, groups)
             await conn.execute(q["notify"], self._channel, pool)
         return ids
 
@@ -546,11 +561,29 @@ class PostgresStorage:
         )  # fmt: skip
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        if pool in self._grouped:
+            return await self._claim_grouped(conn, pool, worker_id, limit, lease)
         rows = await conn.fetch(with_limit(self._q["claim"], limit), self._off(), pool, worker_id, lease)
         if len(rows) == 1 and rows[0][12]:
             # The worker loop's claim: one row, taken. No poisoned lease to claim past, nothing to sort.
             return [_claimed(rows[0], pool, worker_id, lease)]
+        if not rows and await self._has_groups(conn, pool):
+            return await self._claim_grouped(conn, pool, worker_id, limit, lease)
         return await self._taken(conn, rows, pool, worker_id, limit, lease)
+
+    async def _has_groups(self, conn: Any, pool: str) -> bool:
+        """Whether ``pool`` has groups; asked after a claim of it found nothing (remembered once true)."""
+        if await conn.fetchval(self._q["pool_grouped"], pool):
+            self._grouped.add(pool)
+            return True
+        return False
+
+    async def _claim_grouped(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
+        """The claim of a pool with groups: one call of claim_grouped (migration 0008), which poisons
+        the spent leases it meets and keeps going, so every row it returns as taken is the claim's."""
+        rows = await conn.fetch(self._q["claim_grouped"], self._off(), pool, worker_id, lease, limit)
+        # Already in claim order: each was the next turn's.
+        return [_claimed(r, pool, worker_id, lease) for r in rows if r[12]]
 
     async def _taken(
         self, conn: Any, rows: list[Any], pool: str, worker_id: str, limit: int, lease: float
@@ -640,6 +673,15 @@ class PostgresStorage:
     async def _complete_and_claim(
         self, conn: Any, pool: str, key: int, ack: Ack, worker_id: str, limit: int, lease: float
     ) -> tuple[bool, list[WorkItem]]:
+        if pool in self._grouped:
+            # One call: the completion frees its group's slot before the claim counts the slots.
+            rows = await conn.fetch(
+                self._q["complete_and_claim_grouped"], self._off(), pool, key, ack.token, ack.result,
+                worker_id, lease, limit,
+            )  # fmt: skip
+            if not rows:
+                return False, []
+            return True, [_claimed(r[1:], pool, worker_id, lease) for r in rows if r[13]]
         rows = await conn.fetch(
             with_limit(self._q["complete_and_claim"], limit), self._off(), pool, key, ack.token, ack.result,
             worker_id, lease,
@@ -647,6 +689,10 @@ class PostgresStorage:
         if not rows or not rows[0][0]:
             return False, []
         touched = [r[1:] for r in rows if r[1] is not None]
+        if not touched and await self._has_groups(conn, pool):
+            # Completed; the pool has groups, so the claim part found nothing to take: claim through
+            # its turns (committed apart from the completion, this once: later calls go the way above).
+            return True, await self._claim_grouped(conn, pool, worker_id, limit, lease)
         return True, await self._taken(conn, touched, pool, worker_id, limit, lease)
 
     async def fail(
@@ -730,8 +776,7 @@ class PostgresStorage:
 
     async def requeue(self, pool: str, item_ids: Sequence[str] | None) -> int:
         keys = None if item_ids is None else [k for k in (item_number(i) for i in item_ids) if k is not None]
-        status = await self._run("requeue", self._execute, "requeue", self._off(), pool, keys)
-        count = int(status.split()[-1])
+        count = int(await self._run("requeue", self._fetchval, "requeue", self._off(), pool, keys))
         if count:
             await self._notify(pool)
         return count
@@ -800,6 +845,57 @@ class PostgresStorage:
         rows = await self._run("cancel", self._fetch, "cancel", self._off(), pool, wanted, rerun=False)
         found = {r[0]: _STATES[r[1]] for r in rows}
         return [None if key is None else found.get(key) for key in keys.values()]
+
+    # -- groups (workhive.storage.ServesGroups, rules GR1-GR9) ----------------
+    async def set_group_weight(self, pool: str, group: str, weight: float) -> None:
+        """Group ``group`` of ``pool`` takes turns with weight ``weight`` (kept before it has items)."""
+        await self._set(pool, "group_set_weight", pool, group, float(weight))
+
+    async def set_group_limit(self, pool: str, group: str | None, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims of ``group`` (None: the default of every named group without its own)."""
+        if group is None:
+            await self._set(pool, "group_set_default_limit", pool, limit)
+        else:
+            await self._set(pool, "group_set_limit", pool, group, limit)
+
+    async def set_pool_limit(self, pool: str, limit: int | None) -> None:
+        """At most ``limit`` unexpired claims in ``pool`` (None: no limit)."""
+        await self._set(pool, "pool_set_limit", pool, limit)
+
+    async def pause_group(self, pool: str, group: str, seconds: float | None) -> None:
+        """Claims skip ``group`` until the hive's now + ``seconds``; None resumes it at once."""
+        await self._set(pool, "group_pause", self._off(), pool, group, None if seconds is None else float(seconds))
+
+    async def _set(self, pool: str, name: str, *args: Any) -> None:
+        # Setting the same value twice is harmless: run again after a dropped connection.
+        await self._run("storing a group setting", self._execute, name, *args)
+        self._grouped.add(pool)
+        await self._notify(pool)  # a raised limit or a resumed group may have made items claimable
+
+    async def group_report(self, pool: str) -> GroupReport:
+        """The pool's limits and, per group with live items or a setting of its own, its counts (GR9)."""
+        return await self._run("reading groups", self._group_report, pool)
+
+    async def _group_report(self, conn: Any, pool: str) -> GroupReport:
+        # One snapshot for the settings and the counts.
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            limits = await conn.fetchrow(self._q["group_pool_settings"], pool)
+            rows = await conn.fetch(self._q["group_report"], self._off(), pool)
+        groups = []
+        for grp, weight, weight_set, limit, paused_until, in_flight, ready, waiting, now in rows:
+            paused = paused_until if paused_until is not None and paused_until > now else None
+            own = weight_set or limit is not None or paused is not None
+            if not (own or in_flight or ready or waiting):
+                continue  # a group whose items are all done and that has no setting of its own
+            name = grp or None  # '' is the ungrouped items' row
+            groups.append(GroupStats(name, float(weight), limit, int(in_flight), int(ready), int(waiting), paused))
+        groups.sort(key=lambda g: (g.group is not None, g.group or ""))
+        return GroupReport(
+            pool,
+            None if limits is None else limits[0],
+            None if limits is None else limits[1],
+            tuple(groups),
+        )
 
     async def pools(self) -> list[str]:
         return [r[0] for r in await self._run("list pools", self._fetch, "pools")]

@@ -15,19 +15,28 @@
 -- all, which made completing 2-3x slower than claiming in a busy pool.
 
 -- push --
--- Insert new pending items in the order given ($3..$7 are parallel arrays: payload,
--- priority, max_attempts, delay, dedup key), record the pool and its bands (claims
--- read a pool's priorities from claim_bands), wake waiters on channel $8. Returns the
--- new ids in insertion order (sequence order).
+-- Insert new pending items in the order given ($3..$7, $9 are parallel arrays: payload,
+-- priority, max_attempts, delay, dedup key, group or NULL), record the pool and its bands (claims
+-- read a pool's priorities from claim_bands), wake waiters on channel $8. Items with a
+-- group make the pool grouped (group_pools) and their groups live (the upsert locks each
+-- group's row until the commit: a claim clearing it waits, then sees these items).
+-- Returns the new ids in insertion order (sequence order).
 WITH new_items AS (
-    INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key)
-    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key
-    FROM unnest($3::text[], $4::int[], $5::int[], $6::float8[], $7::text[])
-        WITH ORDINALITY AS u (payload, priority, max_attempts, delay, dedup_key, n)
+    INSERT INTO @hive.items (pool, payload, state, priority, max_attempts, created_at, available_at, dedup_key, grp)
+    SELECT $2, u.payload, 'pending', u.priority, u.max_attempts, @hive.now_s($1), @hive.now_s($1) + u.delay, u.dedup_key, coalesce(u.grp, '')
+    FROM unnest($3::text[], $4::int[], $5::int[], $6::float8[], $7::text[], $9::text[])
+        WITH ORDINALITY AS u (payload, priority, max_attempts, delay, dedup_key, grp, n)
     ORDER BY u.n
     RETURNING id
 ), known AS (
     INSERT INTO @hive.pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
+), grouped AS (
+    INSERT INTO @hive.group_pools (pool) SELECT $2 WHERE EXISTS (SELECT FROM unnest($9::text[]) AS g WHERE g IS NOT NULL)
+    ON CONFLICT DO NOTHING
+), live_groups AS (
+    INSERT INTO @hive.groups AS old (pool, grp, live)
+    SELECT DISTINCT $2, g, true FROM unnest($9::text[]) AS g WHERE g IS NOT NULL ORDER BY 2
+    ON CONFLICT (pool, grp) DO UPDATE SET live = true WHERE NOT old.live
 ), bands AS (
     INSERT INTO @hive.claim_bands (pool, priority) SELECT DISTINCT $2, p FROM unnest($4::int[]) AS p
     ON CONFLICT DO NOTHING
@@ -43,6 +52,15 @@ SELECT nextval('@hive.item_ids') FROM generate_series(1, $1);
 -- record_pool --
 -- Pool $1 has been pushed to.
 INSERT INTO @hive.pools (pool) VALUES ($1) ON CONFLICT DO NOTHING;
+
+-- record_groups --
+-- Pool $1 has items of groups $2 (distinct, sorted, none NULL): the pool is grouped and
+-- those groups are live (as in push).
+WITH grouped AS (
+    INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
+)
+INSERT INTO @hive.groups AS old (pool, grp, live) SELECT $1, g, true FROM unnest($2::text[]) AS g
+ON CONFLICT (pool, grp) DO UPDATE SET live = true WHERE NOT old.live;
 
 -- record_bands --
 -- Pool $1 has items of priorities $2 (claims visit the bands in claim_bands).
@@ -66,6 +84,10 @@ GROUP BY dedup_key;
 -- and the {only_if} line dropped when empty). {worker}, {lease} and {limit} are
 -- the statement's parameters for the worker id, the lease seconds and the limit;
 -- {only_if} is an extra condition on the candidates.
+-- It claims for pools without groups only: it reads the ungrouped range of
+-- items_claimable (grp = ''), and nothing at all once the pool has a group_pools
+-- row (checked in the statement's own snapshot, which sees a grouped item only with
+-- that row); the backend then runs claim_grouped for the pool.
 -- Candidates come band by band (each priority of the pool, highest first), each band
 -- read from its mark (migration 0005): the descent lands past the dead entries a held
 -- vacuum horizon keeps, instead of walking them. The bands are a sorted subquery and
@@ -92,12 +114,13 @@ WHERE id = ANY (ARRAY (
             ORDER BY mark.n DESC LIMIT 1), '-Infinity') AS low
         FROM @hive.claim_bands AS band
         WHERE band.pool = $2
+            AND NOT EXISTS (SELECT FROM @hive.group_pools AS grouped WHERE grouped.pool = $2)
             {only_if}
         ORDER BY band.priority DESC
     ) AS band
     CROSS JOIN LATERAL (
         SELECT id FROM @hive.items
-        WHERE pool = $2 AND priority = band.priority AND state IN ('pending', 'claimed')
+        WHERE pool = $2 AND grp = '' AND priority = band.priority AND state IN ('pending', 'claimed')
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) <= @hive.now_s($1)
         ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
@@ -189,22 +212,31 @@ SELECT state, token, error FROM @hive.items WHERE id = $1;
 -- get --
 -- Item $1 of pool $2, every column.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
-    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, nullif(grp, '')
 FROM @hive.items WHERE id = $1 AND pool = $2;
 
 -- list_items --
 -- Items of pool $1 in state $2, oldest first, $3 of them after skipping $4.
 SELECT id, pool, payload, state, priority, attempts, max_attempts, token, created_at, available_at,
-    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases
+    claimed_by, lease_expires_at, lease_seconds, dedup_key, error, result, finished_at, releases, nullif(grp, '')
 FROM @hive.items WHERE pool = $1 AND state = $2 ORDER BY id LIMIT $3 OFFSET $4;
 
 -- requeue --
 -- Move poisoned items of pool $2 (ids $3, or all when $3 is NULL) back to pending, now,
--- with their attempts reset and their error kept; cancelled items by id only.
-UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), attempts = 0, finished_at = NULL,
-    claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
-WHERE pool = $2 AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]))
-    AND (state = 'poisoned' OR (state = 'cancelled' AND $3::bigint[] IS NOT NULL));
+-- with their attempts reset and their error kept; cancelled items by id only. Their
+-- groups become live again (written unconditionally: the row lock until the commit is
+-- what keeps a claim from clearing the group meanwhile). Returns how many moved.
+WITH requeued AS (
+    UPDATE @hive.items SET state = 'pending', available_at = @hive.now_s($1), attempts = 0, finished_at = NULL,
+        claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
+    WHERE pool = $2 AND ($3::bigint[] IS NULL OR id = ANY($3::bigint[]))
+        AND (state = 'poisoned' OR (state = 'cancelled' AND $3::bigint[] IS NOT NULL))
+    RETURNING grp
+), revived AS (
+    UPDATE @hive.groups SET live = true
+    WHERE pool = $2 AND grp IN (SELECT DISTINCT grp FROM requeued WHERE grp <> '')
+)
+SELECT count(*) FROM requeued;
 
 -- poison_worker_spent --
 -- Worker $2 was lost: its claims (in pool $3, or every pool when NULL) that have no
@@ -283,7 +315,7 @@ FROM (
 ) AS band
 CROSS JOIN LATERAL (
     SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) AS at FROM @hive.items
-    WHERE pool = $2 AND priority = band.priority AND state IN ('pending', 'claimed')
+    WHERE pool = $2 AND grp = '' AND priority = band.priority AND state IN ('pending', 'claimed')
         AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) >= band.low
     ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
     LIMIT 1
@@ -314,7 +346,7 @@ WITH due AS (
 ), heads AS (
     SELECT due.priority, due.sweep, due.swept_at, (
         SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
-        WHERE pool = $2 AND priority = due.priority AND state IN ('pending', 'claimed')
+        WHERE pool = $2 AND grp = '' AND priority = due.priority AND state IN ('pending', 'claimed')
             AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
                 >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
         ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
@@ -525,3 +557,88 @@ ORDER BY s.n;
 -- Delete the steps of items $2 of pool $1 that are not live (pending or claimed).
 DELETE FROM @hive.steps s USING @hive.items i
 WHERE s.item_id = i.id AND i.id = ANY($2::bigint[]) AND i.pool = $1 AND i.state NOT IN ('pending', 'claimed');
+
+-- pool_grouped --
+-- Whether pool $1 has groups (a group_pools row: claims go through claim_grouped).
+SELECT EXISTS (SELECT FROM @hive.group_pools WHERE pool = $1);
+
+-- claim_grouped --
+-- The claim of a pool with groups (migration 0008): up to $5 items of pool $2 for worker
+-- $3 with a lease of $4 s, in turn, within the limits; the rows of claim plus each item's
+-- group. A spent expired lease met on the way is poisoned and returned with taken = false.
+SELECT * FROM @hive.claim_grouped($1, $2, $3, $4, $5);
+
+-- complete_and_claim_grouped --
+-- complete_and_claim for a pool with groups (migration 0008): complete item $3 of pool $2
+-- (token $4, result $5) and, only if accepted, claim up to $8 items for worker $6 with a
+-- lease of $7 s, in one call. No row: refused; else rows of (accepted, claim_grouped's row).
+SELECT * FROM @hive.complete_and_claim_grouped($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- next_due_grouped --
+-- next_due for a pool with groups (migration 0008).
+SELECT @hive.next_due_grouped($1, $2);
+
+-- group_set_weight --
+-- Group $2 of pool $1 takes turns with weight $3 (the pool becomes grouped; settings are
+-- kept before the group has items).
+WITH grouped AS (
+    INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
+)
+INSERT INTO @hive.groups AS old (pool, grp, weight, weight_set) VALUES ($1, $2, $3, true)
+ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = true;
+
+-- group_set_limit --
+-- Group $2 of pool $1 holds at most $3 unexpired claims (NULL: no limit of its own).
+WITH grouped AS (
+    INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
+)
+INSERT INTO @hive.groups AS old (pool, grp, lim) VALUES ($1, $2, $3)
+ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim;
+
+-- group_set_default_limit --
+-- Every named group of pool $1 without a limit of its own holds at most $2 unexpired claims (NULL: none).
+INSERT INTO @hive.group_pools (pool, default_limit) VALUES ($1, $2)
+ON CONFLICT (pool) DO UPDATE SET default_limit = excluded.default_limit;
+
+-- pool_set_limit --
+-- Pool $1 holds at most $2 unexpired claims (NULL: no limit).
+INSERT INTO @hive.group_pools (pool, pool_limit) VALUES ($1, $2)
+ON CONFLICT (pool) DO UPDATE SET pool_limit = excluded.pool_limit;
+
+-- group_pause --
+-- Claims of pool $2 skip group $3 until $4 s from now on the hive's clock (NULL: resume now).
+WITH grouped AS (
+    INSERT INTO @hive.group_pools (pool) VALUES ($2) ON CONFLICT DO NOTHING
+)
+INSERT INTO @hive.groups AS old (pool, grp, paused_until) VALUES ($2, $3, @hive.now_s($1) + $4::float8)
+ON CONFLICT (pool, grp) DO UPDATE SET paused_until = excluded.paused_until;
+
+-- group_pool_settings --
+-- Pool $1's limit and default group limit (no row: neither).
+SELECT pool_limit, default_limit FROM @hive.group_pools WHERE pool = $1;
+
+-- group_report --
+-- Per group of pool $2 ('' = the ungrouped items) that has live items or a row in groups:
+-- its weight, whether the weight was set, its own limit, pause end, claims in flight (unexpired), ready items (pending and
+-- due, or expired claims with attempts left), waiting items (pending, not yet due), and the
+-- hive's clock. Counts the pool's live items once (a report, not a claim).
+WITH clock AS (
+    SELECT @hive.now_s($1) AS at
+), counts AS (
+    SELECT grp,
+        count(*) FILTER (WHERE state = 'claimed' AND lease_expires_at > clock.at) AS in_flight,
+        count(*) FILTER (WHERE (state = 'pending' AND available_at <= clock.at)
+            OR (state = 'claimed' AND lease_expires_at <= clock.at AND attempts < max_attempts)) AS ready,
+        count(*) FILTER (WHERE state = 'pending' AND available_at > clock.at) AS waiting
+    FROM @hive.items CROSS JOIN clock
+    WHERE pool = $2 AND state IN ('pending', 'claimed')
+    GROUP BY grp
+), settings AS (
+    SELECT grp, weight, weight_set, lim, paused_until FROM @hive.groups WHERE pool = $2
+)
+SELECT coalesce(counts.grp, settings.grp) AS grp, coalesce(settings.weight, 1) AS weight,
+    coalesce(settings.weight_set, false), settings.lim,
+    settings.paused_until, coalesce(counts.in_flight, 0), coalesce(counts.ready, 0), coalesce(counts.waiting, 0),
+    (SELECT at FROM clock)
+FROM counts FULL JOIN settings ON settings.grp = counts.grp
+ORDER BY 1;
