@@ -128,3 +128,28 @@ async def test_a_lane_ending_lets_the_claim_loop_fill_it_again():
         items = [await pool.get(i) for i in ids]
     assert code == 0 and all(item.state is ItemState.DONE for item in items)
     assert len(in_flight) == 10 and max(in_flight) <= 3
+
+
+@pytest.mark.asyncio
+async def test_a_completion_frees_a_limited_slot_without_a_wake_up_from_storage():
+    """Pool limit 1, concurrency 4, and a storage whose ``wait_for_work`` never returns.
+
+    Each claim after the first comes back empty while the one item in flight holds the pool's only
+    slot. Storage sends no wake-up for a completion (PostgreSQL's NOTIFY is for pushes), so only the
+    worker's own completion can send its claim loop back: without that, the run waits for ever.
+    """
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        await pool.set_limit(1)
+        ids = await pool.push_many([{"n": n} for n in range(6)])
+        never = asyncio.Event()
+
+        async def no_wake_up(pool_name: str, timeout: float) -> None:
+            await never.wait()
+
+        hive.storage.wait_for_work = no_wake_up  # type: ignore[method-assign]
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=4)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        code = await asyncio.wait_for(runtime.run(stop_when_empty=True), BOUND)
+        items = [await pool.get(i) for i in ids]
+    assert code == 0 and all(item.state is ItemState.DONE for item in items)

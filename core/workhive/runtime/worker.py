@@ -674,6 +674,10 @@ class Worker:
         if done:
             # With the ids: if this process dies now, the supervisor knows which were counted.
             self.rt.emit(ev.DONE, len(done), *done)
+            # Completions free slots: a claim that came back empty because a group or the pool was at
+            # its limit can take more now. Backends do not wake waiters for a completion, so an idle
+            # claim loop would otherwise sleep out its wait (a second with wake-ups) at every limit.
+            self._kick.set()
         if lost:
             log.info(
                 "worker %s: completion of %s refused: the lease was lost (expired or reaped); another claim owns it",
@@ -1091,6 +1095,7 @@ class Worker:
             self.unsettled.append(settlement)
             raise
         self.storage_faults = 0
+        self._kick.set()  # a freed slot (see _complete)
         self.rt.emit(ev.RELEASED, 1)
         if self.rt.metrics is not None:
             self.rt.metrics.observe_released(self.rt.pool.name)
@@ -1122,6 +1127,7 @@ class Worker:
             self.unsettled.append(settlement)
             raise
         self.storage_faults = 0
+        self._kick.set()  # a freed slot (see _complete)
         if state is not ItemState.POISONED:
             self.rt.counts.retry()
         # The last error of each failing item goes to the supervisor's progress display.
