@@ -359,6 +359,7 @@ class Reservation:
     """Budget reserved for one call: the key, when the call may go, what was taken, and under which rate.
 
     ``at`` is when it was reserved (seconds since the epoch): the call goes at ``at + wait``.
+    ``rps`` is the key's effective rate it was reserved at (None: the key has no rate budget).
     """
 
     credential: Credential
@@ -366,6 +367,7 @@ class Reservation:
     tokens: float
     version: int
     at: float = 0.0
+    rps: float | None = None
 
 
 @attrs.define
@@ -509,7 +511,7 @@ class FleetBudgets:
         self._none_before = None  # a slot was taken: the next asker finds out when the one after it is
         state = states[index]
         version = 0 if state.rate is None else state.rate.version
-        return Reservation(state.credential, wait, float(tokens), version, now), wait
+        return Reservation(state.credential, wait, float(tokens), version, now, state.rps(now)), wait
 
     def superseded(self, reservation: Reservation) -> bool:
         """Whether a decrease of the key's rate came after ``reservation`` (it was made at the old rate).
@@ -565,6 +567,12 @@ class FleetBudgets:
             factor = min(DECREASE, state.success_share(now) * max(going, MIN_GOING))
         factor = max(MIN_DECREASE, factor)
         current = state.rps(now) or rate.base
+        if reservation.rps is not None:
+            # Cut from the rate the refused call went at, not from where the rate grew to while its
+            # answer was on its way back: on a busy machine a ramp doubles again and again in that
+            # time (measured in the simulation: 55/s when the first 429 went, 77/s when it was heard,
+            # against a limit of 20/s), and a cut from there landed over the limit for another burst.
+            current = min(current, reservation.rps)
         pause = 0.0
         if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
             pause = float(retry_after)

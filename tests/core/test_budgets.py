@@ -392,6 +392,29 @@ async def test_a_late_answer_grows_the_rate_only_up_to_when_its_call_went(
 
 
 @pytest.mark.asyncio
+async def test_a_late_429_cuts_from_the_rate_its_call_went_at_not_from_where_the_ramp_got_since(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """While the first 429 of a ramp is on its way back, successes of later calls go on doubling the rate:
+    the cut is from the rate the refused call was reserved at, so it lands near the limit that refused it."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
+    refused, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert refused is not None and refused.rps == pytest.approx(2 * LEARN_START_RPS)
+    await _paced_success(budgets, a, clock, 2 * RAMP_DOUBLING_SECONDS)  # heard before the 429 was
+    assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
+    await budgets.rate_limited(refused)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS * FIRST_DECREASE), "not 8x the start's cut"
+    clock.advance(DECREASE_HOLD + 1.0)
+    unknown = Reservation(a, 0.0, 0.0, budgets._state(a).rate.version, clock())  # type: ignore[union-attr]
+    before = budgets.rates()["A"]
+    await budgets.rate_limited(unknown)  # made without a rate (an older caller): cut from the current one
+    assert budgets.rates()["A"] == pytest.approx(before * DECREASE)
+
+
+@pytest.mark.asyncio
 async def test_after_a_decrease_the_rate_adds_back_gradually(store: DictBudgets, clock: FakeClock, shared) -> None:
     a = key("A")
     budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
