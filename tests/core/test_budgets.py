@@ -390,7 +390,7 @@ async def test_each_doubling_of_a_ramp_takes_longer_than_the_one_before(
     await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
     assert 2 * LEARN_START_RPS < budgets.rates()["A"] < 4 * LEARN_START_RPS * 0.9, "not doubled again in as long"
     await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS * (RAMP_SLOWING - 1.0))
-    assert budgets.rates()["A"] == pytest.approx(4 * LEARN_START_RPS), "the second doubling took RAMP_SLOWING times the first"
+    assert budgets.rates()["A"] == pytest.approx(4 * LEARN_START_RPS), "the second took RAMP_SLOWING times as long"
     await _paced_for(budgets, a, clock, RAMP_DOUBLING_SECONDS * RAMP_SLOWING**2)
     assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
 
