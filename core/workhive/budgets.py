@@ -78,8 +78,7 @@ RAMP_DOUBLING_SECONDS = 1.0
 #: ... and each doubling takes this many times as long as the one before. A provider's bucket hides
 #: a rate over its limit until it runs dry, so a ramp's first 429 went at over twice the limit, and
 #: the calls that go while it is on its way back are refused at the rate's excess: a ramp that slows
-#: as it climbs meets the empty bucket at a lower rate (simulation, limits of 12-80/s: 429s 2.1% ->
-#: 1.5% with answers heard 0.2 s late, 5.5% -> 3.5% at 0.5 s, for about 1% of capacity)
+#: as it climbs meets the empty bucket at a lower rate (figures in docs/budgets.md)
 RAMP_SLOWING = 1.25
 #: a key with no known limit starts learning at this many requests per second
 LEARN_START_RPS = 5.0
@@ -319,7 +318,11 @@ def ramp_doublings(elapsed: float) -> float:
 
 
 def ramp_seconds(doublings: float) -> float:
-    """The seconds of growth a ramp takes to double ``doublings`` times (``ramp_doublings``'s inverse)."""
+    """The seconds of growth a ramp takes to double ``doublings`` times (``ramp_doublings``'s inverse).
+
+    >>> ramp_seconds(2.0) == RAMP_DOUBLING_SECONDS * (1.0 + RAMP_SLOWING)
+    True
+    """
     if RAMP_SLOWING == 1.0:
         return doublings * RAMP_DOUBLING_SECONDS
     return RAMP_DOUBLING_SECONDS * math.expm1(doublings * math.log(RAMP_SLOWING)) / (RAMP_SLOWING - 1.0)
