@@ -44,6 +44,8 @@ __all__ = [
     "TakesBudget",
     "gcra_choose",
     "learned_rates",
+    "ramp_doublings",
+    "ramp_seconds",
 ]
 
 log = logging.getLogger("workhive.budgets")
@@ -55,7 +57,7 @@ RATE_TTL = 30 * 86400.0
 #: a 429 multiplies the effective rate by this (multiplicative decrease) ...
 DECREASE = 0.9
 #: ... and the first one, which ends the ramp (it overshoots by the time the first 429 comes back), by this
-FIRST_DECREASE = 0.4
+FIRST_DECREASE = 0.5
 #: ... or, when many recent calls were refused (a ramp that overshot), by the share that went
 #: through times this margin: the rate the key really took, a little under it
 SUCCESS_MARGIN = 0.8
@@ -73,6 +75,11 @@ MIN_OUTCOMES = 8
 GROWTH = 0.04
 #: while ramping up the rate doubles this often (seconds)
 RAMP_DOUBLING_SECONDS = 1.0
+#: ... and each doubling takes this many times as long as the one before. A provider's bucket hides
+#: a rate over its limit until it runs dry, so a ramp's first 429 went at over twice the limit, and
+#: the calls that go while it is on its way back are refused at the rate's excess: a ramp that slows
+#: as it climbs meets the empty bucket at a lower rate (figures in docs/budgets.md)
+RAMP_SLOWING = 1.25
 #: a key with no known limit starts learning at this many requests per second
 LEARN_START_RPS = 5.0
 #: the learned rate never goes below this (one call a minute) nor above LEARN_MAX_RPS
@@ -297,6 +304,30 @@ class TakesBudget(Protocol):
 
 
 # -- the runtime's side ------------------------------------------------------------
+def ramp_doublings(elapsed: float) -> float:
+    """How many times a ramp doubled the rate in ``elapsed`` seconds of growth (each doubling slower).
+
+    The first doubling takes ``RAMP_DOUBLING_SECONDS``, each next one ``RAMP_SLOWING`` times the last.
+
+    >>> round(ramp_doublings(RAMP_DOUBLING_SECONDS), 6), round(ramp_doublings(ramp_seconds(3.0)), 6)
+    (1.0, 3.0)
+    """
+    if RAMP_SLOWING == 1.0:
+        return elapsed / RAMP_DOUBLING_SECONDS
+    return math.log1p(elapsed * (RAMP_SLOWING - 1.0) / RAMP_DOUBLING_SECONDS) / math.log(RAMP_SLOWING)
+
+
+def ramp_seconds(doublings: float) -> float:
+    """The seconds of growth a ramp takes to double ``doublings`` times (``ramp_doublings``'s inverse).
+
+    >>> ramp_seconds(2.0) == RAMP_DOUBLING_SECONDS * (1.0 + RAMP_SLOWING)
+    True
+    """
+    if RAMP_SLOWING == 1.0:
+        return doublings * RAMP_DOUBLING_SECONDS
+    return RAMP_DOUBLING_SECONDS * math.expm1(doublings * math.log(RAMP_SLOWING)) / (RAMP_SLOWING - 1.0)
+
+
 @attrs.define
 class KeyRate:
     """A key's effective request rate: ``base`` requests/s set at ``since`` (seconds since the epoch), growing.
@@ -323,7 +354,7 @@ class KeyRate:
     def value(self, now: float, ceiling: float) -> float:
         elapsed = max(0.0, now - self.since)
         if self.ramping:
-            grown = self.base * 2.0 ** min(elapsed / RAMP_DOUBLING_SECONDS, 64.0)
+            grown = self.base * 2.0 ** min(ramp_doublings(elapsed), 64.0)
         else:
             grown = self.base * (1.0 + GROWTH * elapsed)
         return max(LEARN_MIN_RPS, min(ceiling, grown))
@@ -359,6 +390,7 @@ class Reservation:
     """Budget reserved for one call: the key, when the call may go, what was taken, and under which rate.
 
     ``at`` is when it was reserved (seconds since the epoch): the call goes at ``at + wait``.
+    ``rps`` is the key's effective rate it was reserved at (None: the key has no rate budget).
     """
 
     credential: Credential
@@ -366,6 +398,7 @@ class Reservation:
     tokens: float
     version: int
     at: float = 0.0
+    rps: float | None = None
 
 
 @attrs.define
@@ -377,6 +410,10 @@ class _KeyState:
     ticked: float = -math.inf  # growth is credited up to here: when the last call that succeeded went
     shared_at: float = -math.inf  # when this process last shared how far its ramp got
     outcomes: collections.deque[tuple[float, bool]] = attrs.field(factory=collections.deque)
+    # the rates this process reserved calls at since the rate was set: their mean is what the key was
+    # offered over the cycle (the rate at a 429 is its peak, over the cycle's mean by half its growth)
+    offered: float = 0.0
+    offers: int = 0
 
     def outcome(self, now: float, *, ok: bool) -> None:
         self.outcomes.append((now, ok))
@@ -401,6 +438,12 @@ class _KeyState:
         """A new base rate (a decrease here or elsewhere): growth and outcomes start over."""
         self.rate, self.grown, self.ticked = rate, 0.0, now
         self.outcomes.clear()
+        self.offered, self.offers = 0.0, 0
+
+    def offer(self, rps: float | None) -> None:
+        if rps is not None:
+            self.offered += rps
+            self.offers += 1
 
 
 class FleetBudgets:
@@ -509,7 +552,9 @@ class FleetBudgets:
         self._none_before = None  # a slot was taken: the next asker finds out when the one after it is
         state = states[index]
         version = 0 if state.rate is None else state.rate.version
-        return Reservation(state.credential, wait, float(tokens), version, now), wait
+        rps = state.rps(now)
+        state.offer(rps)
+        return Reservation(state.credential, wait, float(tokens), version, now, rps), wait
 
     def superseded(self, reservation: Reservation) -> bool:
         """Whether a decrease of the key's rate came after ``reservation`` (it was made at the old rate).
@@ -565,6 +610,16 @@ class FleetBudgets:
             factor = min(DECREASE, state.success_share(now) * max(going, MIN_GOING))
         factor = max(MIN_DECREASE, factor)
         current = state.rps(now) or rate.base
+        if not rate.ramping and state.offers:
+            # A steady-state cycle goes from one cut to the next 429: what the key took over it is the
+            # mean rate the cycle's calls were offered at (times the shares above), not its peak.
+            current = min(current, state.offered / state.offers)
+        elif reservation.rps is not None:
+            # Cut from the rate the refused call went at, not from where the rate grew to while its
+            # answer was on its way back: on a busy machine a ramp doubles again and again in that
+            # time (measured in the simulation: 55/s when the first 429 went, 77/s when it was heard,
+            # against a limit of 20/s), and a cut from there landed over the limit for another burst.
+            current = min(current, reservation.rps)
         pause = 0.0
         if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
             pause = float(retry_after)
@@ -640,7 +695,7 @@ class FleetBudgets:
                 continue
             if ramp.version == mine.version and ramp.base > (state.rps(now) or mine.base):
                 # Take up the ramp where the fleet's fastest process got it: as if this one had waited as long.
-                state.grown = RAMP_DOUBLING_SECONDS * math.log2(ramp.base / mine.base)
+                state.grown = ramp_seconds(math.log2(ramp.base / mine.base))
 
     def rates(self) -> dict[str, float | None]:
         """Each key's effective requests per second as this process knows it (None: not rate-budgeted)."""

@@ -24,6 +24,7 @@ from workhive.budgets import (
     GROWTH,
     LEARN_START_RPS,
     RAMP_DOUBLING_SECONDS,
+    RAMP_SLOWING,
     RAMP_SUFFIX,
     Budget,
     BudgetTake,
@@ -32,6 +33,7 @@ from workhive.budgets import (
     Reservation,
     TakesBudget,
     gcra_choose,
+    ramp_seconds,
 )
 from workhive.credentials import Credential, CredentialPool, Outcome
 from workhive.errors import BudgetUnsatisfiable, ConfigError, InvalidArgument
@@ -350,6 +352,13 @@ async def _paced_success(budgets: FleetBudgets, credential: Credential, clock: F
     await budgets.succeeded(reservation)
 
 
+async def _paced_for(budgets: FleetBudgets, credential: Credential, clock: FakeClock, seconds: float) -> None:
+    """Paced successes every half second (a steady stream: no gap the growth credit would cap) for ``seconds``."""
+    steps = math.ceil(seconds / 0.5)
+    for _ in range(steps):
+        await _paced_success(budgets, credential, clock, seconds / steps)
+
+
 @pytest.mark.asyncio
 async def test_the_rate_grows_only_while_calls_wait_for_budget(store: DictBudgets, clock: FakeClock, shared) -> None:
     a = key("A")
@@ -366,6 +375,24 @@ async def test_the_rate_grows_only_while_calls_wait_for_budget(store: DictBudget
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS), "ramping: doubles per doubling time"
     clock.advance(1000)  # idle: no growth for time in which the budget set no pace
     assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
+
+
+@pytest.mark.asyncio
+async def test_each_doubling_of_a_ramp_takes_longer_than_the_one_before(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """A provider's bucket hides an excess until it runs dry: a ramp that slows as it climbs meets it lower."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS)
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
+    assert 2 * LEARN_START_RPS < budgets.rates()["A"] < 4 * LEARN_START_RPS * 0.9, "not doubled again in as long"
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS * (RAMP_SLOWING - 1.0))
+    assert budgets.rates()["A"] == pytest.approx(4 * LEARN_START_RPS), "the second took RAMP_SLOWING times as long"
+    await _paced_for(budgets, a, clock, RAMP_DOUBLING_SECONDS * RAMP_SLOWING**2)
+    assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
 
 
 @pytest.mark.asyncio
@@ -392,11 +419,34 @@ async def test_a_late_answer_grows_the_rate_only_up_to_when_its_call_went(
 
 
 @pytest.mark.asyncio
+async def test_a_late_429_cuts_from_the_rate_its_call_went_at_not_from_where_the_ramp_got_since(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """While the first 429 of a ramp is on its way back, successes of later calls go on doubling the rate:
+    the cut is from the rate the refused call was reserved at, so it lands near the limit that refused it."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    await _paced_success(budgets, a, clock, 0)
+    await _paced_success(budgets, a, clock, RAMP_DOUBLING_SECONDS)
+    refused, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert refused is not None and refused.rps == pytest.approx(2 * LEARN_START_RPS)
+    await _paced_for(budgets, a, clock, ramp_seconds(3) - ramp_seconds(1))  # heard before the 429 was
+    assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
+    await budgets.rate_limited(refused)
+    assert budgets.rates()["A"] == pytest.approx(2 * LEARN_START_RPS * FIRST_DECREASE), "not 8x the start's cut"
+    clock.advance(DECREASE_HOLD + 1.0)
+    unknown = Reservation(a, 0.0, 0.0, budgets._state(a).rate.version, clock())  # type: ignore[union-attr]
+    before = budgets.rates()["A"]
+    await budgets.rate_limited(unknown)  # made without a rate (an older caller): cut from the current one
+    assert budgets.rates()["A"] == pytest.approx(before * DECREASE)
+
+
+@pytest.mark.asyncio
 async def test_after_a_decrease_the_rate_adds_back_gradually(store: DictBudgets, clock: FakeClock, shared) -> None:
     a = key("A")
     budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
     await _paced_success(budgets, a, clock, 0)
-    await _paced_success(budgets, a, clock, 3 * RAMP_DOUBLING_SECONDS)
+    await _paced_for(budgets, a, clock, ramp_seconds(3))
     assert budgets.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
     reservation, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
     assert reservation is not None
@@ -406,6 +456,33 @@ async def test_after_a_decrease_the_rate_adds_back_gradually(store: DictBudgets,
     await _paced_success(budgets, a, clock, 0)
     await _paced_success(budgets, a, clock, 1.0)
     assert budgets.rates()["A"] == pytest.approx(low * (1 + GROWTH)), "additive increase after the ramp"
+
+
+@pytest.mark.asyncio
+async def test_a_steady_state_cut_starts_from_the_mean_rate_of_the_cycle_not_its_peak(
+    store: DictBudgets, clock: FakeClock, shared
+) -> None:
+    """Between two cuts the rate climbs: the key took the cycle's mean rate, and a cut from the peak lands
+    over the limit again, so the next 429 comes sooner (simulation: cycles of 6 s instead of 9)."""
+    a = key("A")
+    budgets = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
+    first, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert first is not None
+    await budgets.rate_limited(first)  # ends the ramp (no Retry-After: the key never cooled)
+    clock.advance(DECREASE_HOLD)
+    offered = []
+    for step in [0.0] + [0.5] * 20:  # ten seconds of paced calls, the rate growing all the while
+        offered.append(budgets.rates()["A"])  # the rate the next call is reserved at
+        await _paced_success(budgets, a, clock, step)
+    peak = budgets.rates()["A"]
+    assert peak >= LEARN_START_RPS * FIRST_DECREASE * (1 + 10 * GROWTH)
+    refused, _ = await budgets.reserve([a], tokens=0, max_wait=math.inf)
+    assert refused is not None
+    offered.append(peak)
+    await budgets.rate_limited(refused)
+    mean = sum(offered) / len(offered)
+    assert budgets.rates()["A"] == pytest.approx(mean * DECREASE), "not the peak's cut"
+    assert budgets.rates()["A"] < peak * DECREASE
 
 
 @pytest.mark.asyncio
@@ -453,13 +530,13 @@ async def test_a_ramp_goes_at_the_pace_of_the_fleets_fastest_process_and_never_u
     a = key("A")
     early = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)
     await _paced_success(early, a, clock, 0)
-    await _paced_success(early, a, clock, 3 * RAMP_DOUBLING_SECONDS)
+    await _paced_for(early, a, clock, ramp_seconds(3))
     assert early.rates()["A"] == pytest.approx(8 * LEARN_START_RPS)
     late = FleetBudgets(store, shared, [a], learn=True, reserve_ahead=math.inf, clock=clock)  # started later
     await late.refresh(force=True)
     assert late.rates()["A"] == pytest.approx(8 * LEARN_START_RPS), "takes the ramp up where the fleet got it"
     await _paced_success(late, a, clock, 0)
-    await _paced_success(late, a, clock, RAMP_DOUBLING_SECONDS)
+    await _paced_for(late, a, clock, ramp_seconds(4) - ramp_seconds(3))
     assert late.rates()["A"] == pytest.approx(16 * LEARN_START_RPS), "and grows on from there"
     assert KeyRate.from_json(await shared.get("A")) is None, "a ramp is shared beside the learned rate, not in it"
     # A 429 ends the ramp fleet-wide; a ramp still shared from before is never taken up again.
@@ -681,7 +758,9 @@ async def test_a_learned_rate_follows_a_limit_that_halves_and_doubles_back_withi
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("delay", "at_least", "at_most_429s"), [(0.05, 0.92, 0.02), (0.5, 0.90, 0.08)])
+@pytest.mark.parametrize(
+    ("delay", "at_least", "at_most_429s"), [(0.05, 0.92, 0.02), (0.5, 0.90, 0.05), (1.0, 0.88, 0.10)]
+)
 async def test_answers_heard_late_cost_a_learned_rate_little(
     clock: FakeClock, shared, delay: float, at_least: float, at_most_429s: float
 ) -> None:
