@@ -407,6 +407,9 @@ class Worker:
                     break
             size = self.claim_size  # as claimed: a lane ending meanwhile may change claim_size
             want = min(MAX_CLAIM, len(self._free_lanes) * size)
+            # From here on a settlement that frees a slot kicks the wait below: one made while this
+            # claim is on its way may have come too late for it.
+            self._kick.clear()
             try:
                 items = await pool.claim_many(want, self.worker_id, lease=rt.options.lease)
             except WorkhiveError as exc:
@@ -442,8 +445,7 @@ class Worker:
         """Wait for the process's wake-up (work may be there, or it stops), or for settlements to send again."""
         if self.unsettled:
             return
-        self._kick.clear()
-        kick = asyncio.ensure_future(self._kick.wait())
+        kick = asyncio.ensure_future(self._kick.wait())  # cleared before the claim that found nothing
         work = asyncio.ensure_future(self.rt.idle.wait())
         try:
             await asyncio.wait({kick, work}, return_when=asyncio.FIRST_COMPLETED)
