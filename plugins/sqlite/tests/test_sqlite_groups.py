@@ -234,8 +234,10 @@ def test_a_claim_reads_the_groups_through_their_indexes(tmp_path: Path) -> None:
         for statement in step:
             conn.execute(statement)
     q = queries()
-    for name, args in (("group_turns", ("p",)), ("group_next_ready", ("p", "a", 0.0))):
-        text = q[name].replace("?1", "?").replace("?2", "?").replace("?3", "?")
+    for name, args in (("group_turns", ("p",)), ("group_ready_items", ("p", "a", 0.0, 16, 0))):
+        text = q[name]
+        for n in range(5, 0, -1):
+            text = text.replace(f"?{n}", "?")
         plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {text}", args))
         assert "USING INDEX" in plan and "TEMP B-TREE" not in plan, (name, plan)
 

@@ -532,22 +532,25 @@ SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = '
 SELECT grp, head, vt, weight, lim, paused_until, inflight FROM groups INDEXED BY groups_turns
 WHERE pool = ? AND head IS NOT NULL ORDER BY head DESC, vt, grp
 
--- group_next_ready --
--- The next item of group ?2 of pool ?1 ready at time ?3, in claim order, and its priority.
+-- group_ready_items --
+-- Up to ?4 items of group ?2 of pool ?1 ready at time ?3 in claim order, after the
+-- first ?5 (read before, in the same claim), and their priorities.
 SELECT id, priority FROM items INDEXED BY items_group_ready
 WHERE pool = ?1 AND grp = ?2 AND state = 'pending' AND available_at <= ?3
-ORDER BY priority DESC, available_at, id LIMIT 1
+ORDER BY priority DESC, available_at, id LIMIT ?4 OFFSET ?5
 
--- claim_item --
--- Claim item ?1 (chosen by turns) for worker ?4, lease ?5 seconds until ?6.
+-- claim_items --
+-- Claim the items whose ids the JSON array ?1 lists (chosen by turns) for worker ?4,
+-- lease ?5 seconds until ?6: one statement for a whole batch.
 @claim_set()
-WHERE id = ?1
+WHERE id IN (SELECT value FROM json_each(?1))
 RETURNING
     @claimed_columns()
 
 -- group_vt --
--- Group ?2 of pool ?1 took a turn: its virtual time is ?3.
-UPDATE groups SET vt = ?3 WHERE pool = ?1 AND grp = ?2
+-- A group took turns: its virtual time is ? (pool ?, group ?; plain `?`, as it runs
+-- once per served group by executemany).
+UPDATE groups SET vt = ? WHERE pool = ? AND grp = ?
 
 -- group_pool_vt --
 -- Pool ?2's virtual time is ?1.
