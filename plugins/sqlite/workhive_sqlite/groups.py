@@ -1,20 +1,21 @@
-"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema version 8).
+"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema versions 8-9).
 
 A pool uses groups from its first grouped push or group setting on (a
 ``group_pools`` row, never deleted); until then its claims are the plain ones
 of ``ops`` and pay one probe of that table. From then on:
 
 * every item of the pool carries a group (``''`` for the ungrouped ones);
-* triggers on ``items`` keep, per group, the highest priority of its pending
-  items (``head``) and its claims (``inflight``); a pool with a limit counts
-  its unexpired claims off ``items_leases`` (about as many as its limit);
+* per group, ``head`` (the highest priority of its pending items) and
+  ``inflight`` (its claims) are kept: by triggers on ``items`` for every move
+  but a claim, and by the claim itself, once per group it served; a pool with
+  a limit counts its unexpired claims off ``items_leases`` (about as many as its limit);
 * a claim (``claim_by_turns``) runs in one ``BEGIN IMMEDIATE`` transaction:
   it settles the pool's expired leases (so their slots are free and their
-  items pending again), then reads the groups in turn order off the
+  items pending again), chooses all its turns in one pass over the
   ``groups_turns`` index (head priority, then virtual time ``vt``, then name)
-  and stops at the first group that is not paused, is under its limit and has
-  a ready item of the best priority; groups without pending items are not in
-  that index and are never read.
+  and each chosen group's ready items, claims them in one statement and
+  writes each served group's row once; groups without pending items are not
+  in that index and are never read.
 
 Group limits are kept counters rather than counts of an index: a claim moves
 one counter row instead of adding an index entry per claimed item, and
@@ -105,7 +106,9 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     # RETURNING comes back in storage order; hand the items out in turn order.
     order = {item: n for n, item in enumerate(plan.items)}
     rows.sort(key=lambda row: order[row[0]])
-    ops.conn.executemany(_Q["group_vt"], [(vt, pool, group) for group, vt in plan.vts.items()])
+    ops.conn.executemany(
+        _Q["group_took_turns"], [(vt, plan.taken[group], pool, group) for group, vt in plan.vts.items()]
+    )
     if plan.pool_vt != pool_vt:
         execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
     return [_claimed(row, pool, worker_id, expiry, lease) for row in rows]
@@ -123,6 +126,7 @@ class _Plan:
     items: list[int]
     vts: dict[str, float]
     pool_vt: float
+    taken: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
 class _Candidate:
@@ -195,6 +199,7 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             plan.pool_vt = start
             served.vt = start + 1.0 / served.weight
             plan.vts[served.group] = served.vt
+            plan.taken[served.group] += 1
             served.slots -= 1
             if served.slots <= 0:
                 continue

@@ -83,7 +83,8 @@ RETURNING
 
 -- claim_any --
 -- The claim with expired leases about: candidates are the best ?3 ready items and
--- the best ?3 expired leases (each branch bounded on its own index), merged.
+-- the best ?3 expired leases (each branch bounded on its own index), merged. Never in
+-- a pool that uses groups: only a claim by turns counts a grouped claim (version 9).
 @claim_set()
 WHERE id IN (
     SELECT id FROM (
@@ -97,6 +98,7 @@ WHERE id IN (
             WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
             ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
         ORDER BY 2 DESC, 3, 1 LIMIT ?3))
+    @no_groups()
 RETURNING
     @claimed_columns()
 
@@ -547,10 +549,15 @@ WHERE id IN (SELECT value FROM json_each(?1))
 RETURNING
     @claimed_columns()
 
--- group_vt --
--- A group took turns: its virtual time is ? (pool ?, group ?; plain `?`, as it runs
--- once per served group by executemany).
-UPDATE groups SET vt = ? WHERE pool = ? AND grp = ?
+-- group_took_turns --
+-- After a claim by turns (claim_items), for each group it served: its virtual time is
+-- ?, it has ? more claims in flight, and its head is read again (pool ?, group ?;
+-- plain `?`, as it runs once per served group by executemany). Schema version 9:
+-- the trigger no longer counts claims one item at a time.
+UPDATE groups SET vt = ?, inflight = inflight + ?,
+    head = (SELECT max(priority) FROM items INDEXED BY items_group_ready
+            WHERE pool = groups.pool AND grp = groups.grp AND state = 'pending')
+WHERE pool = ? AND grp = ?
 
 -- group_pool_vt --
 -- Pool ?2's virtual time is ?1.
