@@ -132,7 +132,7 @@ class _Plan:
 class _Candidate:
     """A group read off the turn index that can be served: its vt, weight, free slots and next ready items."""
 
-    __slots__ = ("group", "vt", "weight", "slots", "ready", "read", "more")
+    __slots__ = ("group", "more", "read", "ready", "slots", "vt", "weight")
 
     def __init__(self, group: str, vt: float, weight: float, slots: float) -> None:
         self.group = group
