@@ -287,7 +287,7 @@ def test_a_claim_reads_the_groups_through_their_indexes(tmp_path: Path) -> None:
         for statement in step:
             conn.execute(statement)
     q = queries()
-    for name, args in (("group_turns", ("p",)), ("group_ready_items", ("p", "a", 0.0, 16, 0))):
+    for name, args in (("group_turns", ("p", 0.0, "p", 0.0, "p")), ("group_ready_items", ("p", "a", 0.0, 16, 0))):
         text = q[name]
         for n in range(5, 0, -1):
             text = text.replace(f"?{n}", "?")

@@ -101,7 +101,7 @@ _STATEMENT_DIGESTS = {
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",
-    "group_turns": "9bf1d2272dd11900",
+    "group_turns": "6d80d9713e474f53",
     "group_ready_items": "25243ea5cdc04a8b",
     "claim_items": "a82ca00781164980",
     "group_took_turns": "93ac24245234c8c8",

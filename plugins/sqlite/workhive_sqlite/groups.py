@@ -173,23 +173,24 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
     if room <= 0:
         return plan
     heap: list[tuple[int, float, str, _Candidate]] = []
-    rows = ops.conn.execute(_Q["group_turns"], (pool,))
+    rows = ops.conn.execute(*_ops._bind(_Q["group_turns"], (pool, now)))
     try:
         unread = rows.fetchone()
         for _ in range(room):
             while unread is not None and (not heap or (-unread[1], unread[2], unread[0]) < heap[0][:3]):
-                group, _head, vt, weight, own_limit, paused_until, in_flight = unread
+                group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
                 unread = rows.fetchone()
-                if paused_until is not None and paused_until > now:
+                if first is None or (paused_until is not None and paused_until > now):
                     continue
                 cap = own_limit if own_limit is not None else (default_limit if group != UNGROUPED else None)
                 slots = math.inf if cap is None else cap - in_flight
                 if slots <= 0:
                     continue
                 found = _Candidate(group, vt, weight, slots)
-                found.fetch(ops, pool, now, int(min(room, slots, _FIRST_READ)))
-                if found.ready:
-                    heapq.heappush(heap, (-found.ready[0][1], vt, group, found))
+                # Its first ready item came with the row: more are read only if it takes more turns.
+                found.ready.append((first, priority))
+                found.read = 1
+                heapq.heappush(heap, (-priority, vt, group, found))
             if not heap:
                 break
             served = heapq.heappop(heap)[3]
@@ -204,7 +205,7 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             if served.slots <= 0:
                 continue
             if not served.ready:
-                served.fetch(ops, pool, now, int(min(room, served.slots, 2 * served.read)))
+                served.fetch(ops, pool, now, int(min(room, served.slots, max(_FIRST_READ, 2 * served.read))))
             if served.ready:
                 heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
     finally:

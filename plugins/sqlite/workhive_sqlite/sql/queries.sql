@@ -529,10 +529,19 @@ SELECT lim, default_lim, vt FROM group_pools WHERE pool = ?
 SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at > ?2
 
 -- group_turns --
--- The groups of pool ? with pending items, in turn order (highest pending priority,
--- then virtual time, then name): what a claim reads until it finds one to serve.
-SELECT grp, head, vt, weight, lim, paused_until, inflight FROM groups INDEXED BY groups_turns
-WHERE pool = ? AND head IS NOT NULL ORDER BY head DESC, vt, grp
+-- The groups of pool ?1 with pending items, in turn order (highest pending priority,
+-- then virtual time, then name): what a claim reads until it has its turns. With each,
+-- the id and priority of its first item ready at time ?2 in claim order (NULL: none):
+-- a group serving one turn needs no read of its own (two probes of one index).
+SELECT grp, head, vt, weight, lim, paused_until, inflight,
+    (SELECT id FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1),
+    (SELECT priority FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1)
+FROM groups INDEXED BY groups_turns
+WHERE pool = ?1 AND head IS NOT NULL ORDER BY head DESC, vt, grp
 
 -- group_ready_items --
 -- Up to ?4 items of group ?2 of pool ?1 ready at time ?3 in claim order, after the
