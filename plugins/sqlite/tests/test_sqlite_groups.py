@@ -114,6 +114,59 @@ async def test_weights_share_the_claims(store: SqliteStorage) -> None:
     assert abs(taken["heavy"] - 30) <= 3 and abs(taken["light"] - 10) <= 3, taken
 
 
+#: After how many claimed items _batched_turns pushes a higher-priority item (between two batches).
+PUSHED_AT = 22
+
+
+async def _batched_turns(path: Path, sizes: list[int]) -> list[Counter[str | None]]:
+    """The groups each claim of ``sizes`` takes, alternating two handles, each batch completed by the other.
+
+    Weighted groups (heavy: 3), small groups that run dry inside a batch, and a
+    higher-priority item pushed after ``PUSHED_AT`` claimed items (a batch boundary).
+    """
+    clock = ManualClock()
+    handles = [SqliteStorage(f"sqlite:///{path}", clock=clock) for _ in range(2)]
+    for handle in handles:
+        await handle.open()
+    try:
+        await handles[0].push("p", _items("heavy", 300) + _items("light", 100))
+        await handles[1].push("p", [item for n in range(5) for item in _items(f"s{n}", 7)])
+        await handles[1].set_group_weight("p", "heavy", 3.0)
+        taken: list[Counter[str | None]] = []
+        at = 0
+        for n, size in enumerate(sizes):
+            if at == PUSHED_AT:
+                await handles[1].push("p", _items("light", 1, priority=1))
+            got = await handles[n % 2].claim("p", "w", size, LEASE)
+            at += size
+            taken.append(Counter(_group_of(item) for item in got))
+            await handles[(n + 1) % 2].complete("p", [Ack(item.id, item.token) for item in got])
+        return taken
+    finally:
+        for handle in handles:
+            await handle.close()
+
+
+@pytest.mark.asyncio
+async def test_weighted_batch_claims_across_handles_take_the_turns_of_one_item_claims(tmp_path: Path) -> None:
+    """GR2/GR3: a claim of n from any handle takes what n one-item claims in a row would."""
+    sizes = [1, 5, 16, 3, 64, 2, 128, 7, 40]  # 1 + 5 + 16 = PUSHED_AT
+    batched = await _batched_turns(tmp_path / "batched.db", sizes)
+    single = await _batched_turns(tmp_path / "single.db", [1] * sum(sizes))
+    at = 0
+    for size, got in zip(sizes, batched):
+        assert got == sum(single[at : at + size], Counter()), (size, at)
+        at += size
+    heavy, light = sum(c["heavy"] for c in batched), sum(c["light"] for c in batched)
+    assert heavy == 3 * light or abs(heavy - 3 * light) <= 3 * (1 + 7), (heavy, light)  # GR3's bound
+    with sqlite3.connect(tmp_path / "batched.db") as conn:
+        for grp, in_flight, head in conn.execute("SELECT grp, inflight, head FROM groups"):
+            pending = conn.execute(
+                "SELECT max(priority) FROM items WHERE grp = ? AND state = 'pending'", (grp,)
+            ).fetchone()[0]
+            assert (in_flight, head) == (0, pending), grp
+
+
 @pytest.mark.asyncio
 async def test_a_higher_priority_goes_first_whatever_the_turns(store: SqliteStorage) -> None:
     await store.push("p", _items("a", 3) + _items("b", 2, priority=5))
@@ -234,8 +287,10 @@ def test_a_claim_reads_the_groups_through_their_indexes(tmp_path: Path) -> None:
         for statement in step:
             conn.execute(statement)
     q = queries()
-    for name, args in (("group_turns", ("p",)), ("group_next_ready", ("p", "a", 0.0))):
-        text = q[name].replace("?1", "?").replace("?2", "?").replace("?3", "?")
+    for name, args in (("group_turns", ("p", 0.0, "p", 0.0, "p")), ("group_ready_items", ("p", "a", 0.0, 16, 0))):
+        text = q[name]
+        for n in range(5, 0, -1):
+            text = text.replace(f"?{n}", "?")
         plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {text}", args))
         assert "USING INDEX" in plan and "TEMP B-TREE" not in plan, (name, plan)
 

@@ -28,6 +28,7 @@ _SCHEMA_DIGESTS = {
     6: "21791855b5c7d18d",  # durable steps (0006_steps.sql)
     7: "821668ef8e66aa2d",  # cancellation (0007_cancel.sql)
     8: "ddc02c5d2f3b3bbc",  # groups (0008_groups.sql)
+    9: "09fbf1077ae391db",  # a claim by turns counts its groups (0009_group_claims.sql)
 }
 
 

@@ -19,7 +19,7 @@ from workhive_sqlite.sqlfiles import migrations, queries, statements
 _STATEMENT_DIGESTS = {
     "claim_one": "135f3115eb71442c",  # the group column read back, and no pool using groups (migration 8)
     "claim_ready": "5eb359fbbf015ea4",  # likewise
-    "claim_any": "ecb1e5e6783b87be",  # the group column read back (migration 8)
+    "claim_any": "11f7ccc98e515bca",  # the group column read back (migration 8)
     "peek": "49c5f59b306cc048",  # whether the pool uses groups (migration 8)
     "poison_expired": "9dd5d8c4d3c80dd9",
     "complete": "9effb47c826ede61",
@@ -101,10 +101,10 @@ _STATEMENT_DIGESTS = {
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",
-    "group_turns": "9bf1d2272dd11900",
-    "group_next_ready": "09f8b3d46576aa90",
-    "claim_item": "d766c18f83200403",
-    "group_vt": "6d4278b7aebb06a6",
+    "group_turns": "6d80d9713e474f53",
+    "group_ready_items": "25243ea5cdc04a8b",
+    "claim_items": "a82ca00781164980",
+    "group_took_turns": "93ac24245234c8c8",
     "group_pool_vt": "567b456a2d31a068",
     "group_set_weight": "53b253618a90f967",
     "group_set_limit": "96b97be4197d1680",

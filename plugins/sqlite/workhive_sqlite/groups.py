@@ -1,20 +1,21 @@
-"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema version 8).
+"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema versions 8-9).
 
 A pool uses groups from its first grouped push or group setting on (a
 ``group_pools`` row, never deleted); until then its claims are the plain ones
 of ``ops`` and pay one probe of that table. From then on:
 
 * every item of the pool carries a group (``''`` for the ungrouped ones);
-* triggers on ``items`` keep, per group, the highest priority of its pending
-  items (``head``) and its claims (``inflight``); a pool with a limit counts
-  its unexpired claims off ``items_leases`` (about as many as its limit);
+* per group, ``head`` (the highest priority of its pending items) and
+  ``inflight`` (its claims) are kept: by triggers on ``items`` for every move
+  but a claim, and by the claim itself, once per group it served; a pool with
+  a limit counts its unexpired claims off ``items_leases`` (about as many as its limit);
 * a claim (``claim_by_turns``) runs in one ``BEGIN IMMEDIATE`` transaction:
   it settles the pool's expired leases (so their slots are free and their
-  items pending again), then reads the groups in turn order off the
+  items pending again), chooses all its turns in one pass over the
   ``groups_turns`` index (head priority, then virtual time ``vt``, then name)
-  and stops at the first group that is not paused, is under its limit and has
-  a ready item of the best priority; groups without pending items are not in
-  that index and are never read.
+  and each chosen group's ready items, claims them in one statement and
+  writes each served group's row once; groups without pending items are not
+  in that index and are never read.
 
 Group limits are kept counters rather than counts of an index: a claim moves
 one counter row instead of adding an index entry per claimed item, and
@@ -30,6 +31,11 @@ turn and never banks credit.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import heapq
+import json
+import math
 from typing import Any
 
 from workhive.models import GroupReport, GroupStats, WorkItem
@@ -75,9 +81,13 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     """Claim up to ``limit`` items of a pool that uses groups: one turn per item (GR2-GR8).
 
     Runs inside the caller's ``BEGIN IMMEDIATE`` transaction (``Operations._claim``).
+    All the batch's turns are chosen first (``_plan``, reading the groups and
+    their items off their indexes), then claimed in one statement, and each
+    served group's virtual time written once: a batch of n costs a few
+    statements per group served rather than four per item, and the write lock
+    is held that much shorter.
     """
-    conn = ops.conn
-    execute = conn.execute
+    execute = ops.conn.execute
     now = ops.clock()
     args = (pool, now)
     pool_limit, default_limit, pool_vt, expired = execute(*_ops._bind(_Q["group_claim_settings"], args)).fetchone()
@@ -85,24 +95,23 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
         execute(*_ops._bind(_Q["poison_expired"], args))
         execute(*_ops._bind(_Q["group_settle_expired"], args))
     room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
+    plan = _plan(ops, pool, now, default_limit, pool_vt, room)
+    if not plan.items:
+        return []
     lease = float(lease)
     expiry = now + lease
-    claim_args = [0, now, 1, worker_id, lease, expiry]
-    claimed: list[WorkItem] = []
-    vt_before = pool_vt
-    for _ in range(room):
-        turn = _next_turn(ops, pool, now, default_limit)
-        if turn is None:
-            break
-        group, vt, weight, item = turn
-        claim_args[0] = item
-        row = execute(*_ops._bind(_Q["claim_item"], claim_args)).fetchone()
-        claimed.append(_claimed(row, pool, worker_id, expiry, lease))
-        execute(*_ops._bind(_Q["group_vt"], (pool, group, max(vt, pool_vt) + 1.0 / weight)))
-        pool_vt = max(pool_vt, vt)
-    if pool_vt != vt_before:
-        execute(*_ops._bind(_Q["group_pool_vt"], (pool_vt, pool)))
-    return claimed
+    rows = execute(
+        *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
+    ).fetchall()
+    # RETURNING comes back in storage order; hand the items out in turn order.
+    order = {item: n for n, item in enumerate(plan.items)}
+    rows.sort(key=lambda row: order[row[0]])
+    ops.conn.executemany(
+        _Q["group_took_turns"], [(vt, plan.taken[group], pool, group) for group, vt in plan.vts.items()]
+    )
+    if plan.pool_vt != pool_vt:
+        execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
+    return [_claimed(row, pool, worker_id, expiry, lease) for row in rows]
 
 
 def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
@@ -110,41 +119,98 @@ def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
     return int(ops.conn.execute(*_ops._bind(_Q["group_pool_in_flight"], (pool, now))).fetchone()[0])
 
 
-#: A turn: the group, its virtual time and weight, and the id of the item it serves.
-_Turn = tuple[str, float, float, int]
+@dataclasses.dataclass
+class _Plan:
+    """The turns of one claim: the items in turn order, each served group's new vt, the pool's vt."""
+
+    items: list[int]
+    vts: dict[str, float]
+    pool_vt: float
+    taken: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
-def _next_turn(ops: Operations, pool: str, now: float, default_limit: int | None) -> _Turn | None:
-    """The group whose turn it is and its next item: ``(group, vt, weight, item id)``, or None.
+class _Candidate:
+    """A group read off the turn index that can be served: its vt, weight, free slots and next ready items."""
 
-    Reads the groups in turn order and stops as soon as no later group can beat
-    the best found: a later group's head is below its priority, or equal with a
-    later (vt, name). Paused groups, groups at their limit and groups whose
-    pending items are not yet due are read past; no other group is read.
+    __slots__ = ("group", "more", "read", "ready", "slots", "vt", "weight")
+
+    def __init__(self, group: str, vt: float, weight: float, slots: float) -> None:
+        self.group = group
+        self.vt = vt
+        self.weight = weight
+        self.slots = slots
+        self.ready: collections.deque[tuple[int, int]] = collections.deque()  # (item id, priority) in claim order
+        self.read = 0  # its ready items read so far (none is claimed before the plan is done)
+        self.more = True  # whether it may have ready items beyond those read
+
+    def fetch(self, ops: Operations, pool: str, now: float, want: int) -> None:
+        """Read up to ``want`` more of its ready items in claim order (nothing once it has no more)."""
+        if not self.more:
+            return
+        args = (pool, self.group, now, want, self.read)
+        rows = ops.conn.execute(*_ops._bind(_Q["group_ready_items"], args)).fetchall()
+        self.ready.extend(rows)
+        self.read += len(rows)
+        self.more = len(rows) == want
+
+
+#: A group's first read of ready items; each further read doubles (a weighty group takes many turns in a batch).
+_FIRST_READ = 16
+
+
+def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, pool_vt: float, room: int) -> _Plan:
+    """Choose up to ``room`` turns as that many one-item claims in a row would (GR2-GR8).
+
+    A turn serves the group with the best (priority of its next ready item,
+    vt, name). Groups are read off ``groups_turns`` (head priority, vt, name)
+    only while the next one unread could beat the best read: no unread group
+    can, as its ready items are at most its head. Paused groups, groups at
+    their limit and groups without a ready item are read past; no other group
+    is read. Nothing is written here: the items stay pending, so a group's
+    later reads skip the ones read before.
     """
-    execute = ops.conn.execute
-    best: tuple[int, float, str, float, int] | None = None  # priority, vt, group, weight, item
-    rows = execute(_Q["group_turns"], (pool,))
+    plan = _Plan([], {}, pool_vt)
+    if room <= 0:
+        return plan
+    heap: list[tuple[int, float, str, _Candidate]] = []
+    rows = ops.conn.execute(*_ops._bind(_Q["group_turns"], (pool, now)))
     try:
-        for group, head, vt, weight, own_limit, paused_until, in_flight in rows:
-            if best is not None and (head < best[0] or (head == best[0] and (vt, group) > (best[1], best[2]))):
+        unread = rows.fetchone()
+        for _ in range(room):
+            while unread is not None and (not heap or (-unread[1], unread[2], unread[0]) < heap[0][:3]):
+                group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
+                unread = rows.fetchone()
+                if first is None or (paused_until is not None and paused_until > now):
+                    continue
+                cap = own_limit if own_limit is not None else (default_limit if group != UNGROUPED else None)
+                slots = math.inf if cap is None else cap - in_flight
+                if slots <= 0:
+                    continue
+                found = _Candidate(group, vt, weight, slots)
+                # Its first ready item came with the row: more are read only if it takes more turns.
+                found.ready.append((first, priority))
+                found.read = 1
+                heapq.heappush(heap, (-priority, vt, group, found))
+            if not heap:
                 break
-            if paused_until is not None and paused_until > now:
+            served = heapq.heappop(heap)[3]
+            item, _priority = served.ready.popleft()
+            plan.items.append(item)
+            start = max(served.vt, plan.pool_vt)
+            plan.pool_vt = start
+            served.vt = start + 1.0 / served.weight
+            plan.vts[served.group] = served.vt
+            plan.taken[served.group] += 1
+            served.slots -= 1
+            if served.slots <= 0:
                 continue
-            cap = own_limit if own_limit is not None else (default_limit if group != UNGROUPED else None)
-            if cap is not None and in_flight >= cap:
-                continue
-            found = execute(*_ops._bind(_Q["group_next_ready"], (pool, group, now))).fetchone()
-            if found is None:
-                continue
-            item, priority = found
-            if best is None or (-priority, vt, group) < (-best[0], best[1], best[2]):
-                best = (priority, vt, group, weight, item)
+            if not served.ready:
+                served.fetch(ops, pool, now, int(min(room, served.slots, max(_FIRST_READ, 2 * served.read))))
+            if served.ready:
+                heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
     finally:
         rows.close()
-    if best is None:
-        return None
-    return best[2], best[1], best[3], best[4]
+    return plan
 
 
 def next_due(ops: Operations, pool: str) -> float | None:
@@ -163,7 +229,7 @@ def next_due(ops: Operations, pool: str) -> float | None:
         return None
     pool_limit, default_limit, _ = settings
     free = pool_limit is None or _pool_in_flight(ops, pool, now) < pool_limit
-    if free and _next_turn(ops, pool, now, default_limit) is not None:
+    if free and _plan(ops, pool, now, default_limit, 0.0, 1).items:
         return now
     times = (
         execute(_Q["next_lease_expiry"], (pool,)).fetchone()[0],

@@ -331,6 +331,10 @@ class Operations:
                 return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
             if expired:
                 rows = self._transaction(self._claim_with_expired, args)
+                if not rows and conn.execute(_GROUP_POOL, (pool,)).fetchone() is not None:
+                    # Grouped by another process since the peek: claim_any refused it.
+                    self.grouped.add(pool)
+                    return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
             elif ready:  # pushed by another process since the claim above
                 rows = conn.execute(*_bind(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args)).fetchall()
             if not rows:

@@ -83,7 +83,8 @@ RETURNING
 
 -- claim_any --
 -- The claim with expired leases about: candidates are the best ?3 ready items and
--- the best ?3 expired leases (each branch bounded on its own index), merged.
+-- the best ?3 expired leases (each branch bounded on its own index), merged. Never in
+-- a pool that uses groups: only a claim by turns counts a grouped claim (version 9).
 @claim_set()
 WHERE id IN (
     SELECT id FROM (
@@ -97,6 +98,7 @@ WHERE id IN (
             WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
             ORDER BY priority DESC, lease_expires_at, id LIMIT ?3)
         ORDER BY 2 DESC, 3, 1 LIMIT ?3))
+    @no_groups()
 RETURNING
     @claimed_columns()
 
@@ -527,27 +529,44 @@ SELECT lim, default_lim, vt FROM group_pools WHERE pool = ?
 SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at > ?2
 
 -- group_turns --
--- The groups of pool ? with pending items, in turn order (highest pending priority,
--- then virtual time, then name): what a claim reads until it finds one to serve.
-SELECT grp, head, vt, weight, lim, paused_until, inflight FROM groups INDEXED BY groups_turns
-WHERE pool = ? AND head IS NOT NULL ORDER BY head DESC, vt, grp
+-- The groups of pool ?1 with pending items, in turn order (highest pending priority,
+-- then virtual time, then name): what a claim reads until it has its turns. With each,
+-- the id and priority of its first item ready at time ?2 in claim order (NULL: none):
+-- a group serving one turn needs no read of its own (two probes of one index).
+SELECT grp, head, vt, weight, lim, paused_until, inflight,
+    (SELECT id FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1),
+    (SELECT priority FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1)
+FROM groups INDEXED BY groups_turns
+WHERE pool = ?1 AND head IS NOT NULL ORDER BY head DESC, vt, grp
 
--- group_next_ready --
--- The next item of group ?2 of pool ?1 ready at time ?3, in claim order, and its priority.
+-- group_ready_items --
+-- Up to ?4 items of group ?2 of pool ?1 ready at time ?3 in claim order, after the
+-- first ?5 (read before, in the same claim), and their priorities.
 SELECT id, priority FROM items INDEXED BY items_group_ready
 WHERE pool = ?1 AND grp = ?2 AND state = 'pending' AND available_at <= ?3
-ORDER BY priority DESC, available_at, id LIMIT 1
+ORDER BY priority DESC, available_at, id LIMIT ?4 OFFSET ?5
 
--- claim_item --
--- Claim item ?1 (chosen by turns) for worker ?4, lease ?5 seconds until ?6.
+-- claim_items --
+-- Claim the items whose ids the JSON array ?1 lists (chosen by turns) for worker ?4,
+-- lease ?5 seconds until ?6: one statement for a whole batch.
 @claim_set()
-WHERE id = ?1
+WHERE id IN (SELECT value FROM json_each(?1))
 RETURNING
     @claimed_columns()
 
--- group_vt --
--- Group ?2 of pool ?1 took a turn: its virtual time is ?3.
-UPDATE groups SET vt = ?3 WHERE pool = ?1 AND grp = ?2
+-- group_took_turns --
+-- After a claim by turns (claim_items), for each group it served: its virtual time is
+-- ?, it has ? more claims in flight, and its head is read again (pool ?, group ?;
+-- plain `?`, as it runs once per served group by executemany). Schema version 9:
+-- the trigger no longer counts claims one item at a time.
+UPDATE groups SET vt = ?, inflight = inflight + ?,
+    head = (SELECT max(priority) FROM items INDEXED BY items_group_ready
+            WHERE pool = groups.pool AND grp = groups.grp AND state = 'pending')
+WHERE pool = ? AND grp = ?
 
 -- group_pool_vt --
 -- Pool ?2's virtual time is ?1.
