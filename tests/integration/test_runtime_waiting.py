@@ -153,3 +153,30 @@ async def test_a_completion_frees_a_limited_slot_without_a_wake_up_from_storage(
         code = await asyncio.wait_for(runtime.run(stop_when_empty=True), BOUND)
         items = [await pool.get(i) for i in ids]
     assert code == 0 and all(item.state is ItemState.DONE for item in items)
+
+
+@pytest.mark.asyncio
+async def test_no_status_is_written_once_deregistration_began():
+    """STOPPED is the last word: a status wished while deregistering (a heartbeat's in-flight count,
+    a lane ending) is dropped, or, written after it, it would leave a stopped worker BUSY."""
+    from workhive.runtime.worker import Worker
+
+    async with workhive.open("memory://") as hive:
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=4)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        worker = Worker(runtime, 0)
+        await worker.register()
+        deregister = hive.workers.deregister
+
+        async def deregister_while_a_status_is_wished(worker_id: str) -> int:
+            worker._status(WorkerStatus.BUSY, "3 in flight")  # e.g. the heartbeat loop, meanwhile
+            released = await deregister(worker_id)
+            worker._status(WorkerStatus.IDLE, None)  # e.g. the last lane ending, after
+            return released
+
+        hive.workers.deregister = deregister_while_a_status_is_wished  # type: ignore[method-assign]
+        await worker.deregister()
+        if worker._status_writer is not None:
+            await worker._status_writer
+        record = await hive.workers.get(worker.worker_id)
+    assert record.status is WorkerStatus.STOPPED

@@ -166,6 +166,7 @@ class Worker:
         # an item picked up after an idle spell starts without waiting for the BUSY round trip.
         self._status_wanted: tuple[WorkerStatus, str | None] | None = None
         self._status_writer: asyncio.Task[None] | None = None
+        self._deregistering = False  # from then on no status is written: STOPPED is the last word
         # Settling calls storage did not answer: sent again before this worker claims more.
         self.unsettled: list[Settlement] = []
         self.gave_up = False  # the fault budget ran out with calls unanswered: no more heartbeats
@@ -206,6 +207,7 @@ class Worker:
         }
         await rt.hive.workers.register(WorkerRegistration(**fields))
         self.registered = True
+        self._deregistering = False
         rt.emit(ev.WORKER, self.worker_id)
 
     async def reregister(self) -> None:
@@ -227,7 +229,11 @@ class Worker:
         answer, the worker is not heart-beaten afterwards: if storage did not
         take it, what the worker holds expires within a lease.
         """
-        self._status_wanted = None  # a status still to be written is moot now; the one in flight lands first
+        # A status still to be written is moot now, and so is any wished later (a heartbeat's in-flight
+        # count, a lane ending): written after deregistration it would overwrite STOPPED. The one in
+        # flight lands first.
+        self._deregistering = True
+        self._status_wanted = None
         if self._status_writer is not None:
             await asyncio.wait({self._status_writer})
         try:
@@ -528,6 +534,8 @@ class Worker:
 
     def _status(self, status: WorkerStatus, detail: str | None) -> None:
         """Record ``status`` in the registry soon, in order, without holding up the caller."""
+        if self._deregistering:
+            return
         self._last_status = status
         self._reported_in_flight = self.items_in_flight if status is WorkerStatus.BUSY and detail else None
         self._status_wanted = (status, detail)
