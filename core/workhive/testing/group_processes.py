@@ -22,11 +22,12 @@ from typing import Any
 
 import attrs
 
+from workhive.testing.multiprocess import _DEADLINE, _wait_for  # one wait for a file, one deadline, for both drains
+
 __all__ = ["LimitedFleet", "drain_groups_in_processes"]
 
 _POOL = "mp-groups"
 _LEASE = 3600.0
-_DEADLINE = 120.0  # generous: a loaded machine may take long to start a process
 _UNGROUPED = "-"  # the marker folder of ungrouped items (no group name can be "-": names start alnum)
 
 
@@ -43,14 +44,6 @@ class LimitedFleet:
         if group is None:
             return None  # ungrouped items are bound by the pool limit alone (GR6)
         return self.group_limits.get(group, self.default_limit)
-
-
-def _wait_for(path: pathlib.Path, what: str) -> None:
-    deadline = time.monotonic() + _DEADLINE
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {_DEADLINE:.0f}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def _held(markers: pathlib.Path) -> dict[str, int]:
