@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from workhive.cli import cli, main
 from workhive.errors import ConfigError
+from workhive.testing.environment import without_workhive_settings, workhive_free_env
 
 COMMANDS = (
     "push",
@@ -33,11 +34,7 @@ COMMANDS = (
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test runs in an empty directory with no WORKHIVE_* settings of the caller's."""
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return without_workhive_settings(monkeypatch, tmp_path)
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -105,7 +102,7 @@ class TestConfigCommand:
 
     def test_debug_traceback_from_the_real_command(self, clean_env: Path) -> None:
         (clean_env / "workhive.toml").write_text("lease = 'x'\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+        env = workhive_free_env()
         quiet = subprocess.run(
             [sys.executable, "-m", "workhive", "config"], capture_output=True, text=True, env=env, timeout=60
         )

@@ -7,21 +7,17 @@ real store is in plugins/memory/tests/test_memory_cli_groups.py.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from workhive.cli import main
+from workhive.testing.environment import without_workhive_settings
 
 
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return without_workhive_settings(monkeypatch, tmp_path)
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from workhive.config import SETTINGS, load_config
 from workhive.errors import ConfigError
 from workhive.hive import DEFAULT_LOCKS, DEFAULT_STORAGE
+from workhive.testing.environment import without_workhive_settings
 
 
 def write(path: Path, text: str) -> Path:
@@ -186,12 +187,8 @@ class TestConfigCommandHidesPasswords:
 
     @pytest.fixture(autouse=True)
     def _empty_dir(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        import os
 
-        for name in list(os.environ):
-            if name.startswith("WORKHIVE_"):
-                monkeypatch.delenv(name)
-        monkeypatch.chdir(tmp_path)
+        without_workhive_settings(monkeypatch, tmp_path)
 
     @staticmethod
     def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

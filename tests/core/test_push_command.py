@@ -8,7 +8,6 @@ every row it kept, and can be told to fail on its Nth write.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from workhive.cli import cli, main
+from workhive.testing.environment import without_workhive_settings
 
 RECORDER = """
 import workhive
@@ -84,12 +84,9 @@ BAD_LINES = [
 @pytest.fixture
 def recorder(fake_distribution: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The recording storage plugin, installed; the test runs in an empty directory with no WORKHIVE_* settings."""
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.chdir(work)
+    without_workhive_settings(monkeypatch, work)
     fake_distribution("wh-pushrec", "1.0", {"pushrec": RECORDER})
     __import__("wh_pushrec_pushrec")
     return sys.modules["wh_pushrec_pushrec"]

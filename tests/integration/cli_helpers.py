@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from workhive.testing.environment import workhive_free_env
 
 _SCRIPT = Path(sys.executable).parent / "workhive"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "workhive"]
@@ -25,10 +26,7 @@ class Run:
         return json.loads(self.out)
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
-    env.update(extra)
-    return env
+clean_env = workhive_free_env
 
 
 def workhive(cwd: Path, *args: str, stdin: str | None = None, timeout: float = 120, **env: str) -> Run:

@@ -15,6 +15,7 @@ import pytest
 
 import workhive
 from workhive.models import WorkerStatus
+from workhive.testing.environment import workhive_free_env
 
 from .cli_helpers import COMMAND
 
@@ -27,7 +28,7 @@ PATIENCE = 240.0
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+    env = workhive_free_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
     env["AUTOSCALE_RELEASE"] = str(tmp_path / "release")
     env.update(extra)

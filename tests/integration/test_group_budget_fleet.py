@@ -21,6 +21,7 @@ import workhive
 from workhive.group_budgets import group_budgets
 from workhive.models import ItemState
 from workhive.storage import ServesGroups
+from workhive.testing.environment import workhive_free_env
 from workhive.testing.services import isolated_store
 
 from .cli_helpers import COMMAND
@@ -68,7 +69,7 @@ def test_a_spent_tenant_waits_while_the_others_finish(tmp_path: Path, url: str) 
     asyncio.run(_setup(url))
     budget = run_workhive(tmp_path, "--storage", url, "group", "budget", "agents", "spender", "--tpd", "1000")
     assert budget.code == 0, budget.err
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+    env = workhive_free_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
     command = [*COMMAND, "--storage", url, "work", "agents", "--handler", "group_budget_handlers:uses_tokens"]
     command += ["--processes", "2", "--progress", "none"]

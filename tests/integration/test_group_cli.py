@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,16 +17,14 @@ import pytest
 import workhive
 from workhive.cli import main
 from workhive.group_budgets import GroupBudgets
+from workhive.testing.environment import without_workhive_settings
 
 pytest.importorskip("workhive_memory")
 
 
 @pytest.fixture
 def url(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    without_workhive_settings(monkeypatch, tmp_path)
     name = f"memory://groups-cli-{uuid.uuid4().hex[:8]}"
 
     async def make() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import zoneinfo
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import workhive
 from workhive.cli import main
 from workhive.errors import ConfigError
 from workhive.testing.clock import ManualClock
+from workhive.testing.environment import without_workhive_settings
 
 pytest.importorskip("workhive_memory")
 pytest.importorskip("workhive_sqlite")
@@ -46,11 +46,7 @@ async def test_a_storage_without_schedules_is_a_clear_config_error() -> None:
 
 @pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return without_workhive_settings(monkeypatch, tmp_path)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

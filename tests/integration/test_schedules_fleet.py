@@ -19,6 +19,7 @@ import pytest
 
 import workhive
 from workhive.models import ItemState
+from workhive.testing.environment import workhive_free_env
 from workhive.testing.services import isolated_store
 
 from .cli_helpers import COMMAND
@@ -49,7 +50,7 @@ def test_three_supervisors_fire_every_tick_once(tmp_path: Path, url: str) -> Non
     added = run_workhive(tmp_path, "--storage", url, "schedule", "add", "ticks", "--every", "1s", "--name", "tick",
                          "--catch-up", "1000", "--data", '{"from": "schedule"}', "--json")  # fmt: skip
     assert added.code == 0, added.err
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+    env = workhive_free_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
     # The supervisors fire into "ticks" while working another pool: firing does not depend on the pool worked.
     command = [*COMMAND, "--storage", url, "work", "other", "--handler", "autoscale_handlers:quick"]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from workhive.models import ItemState
+from workhive.testing.environment import workhive_free_env
 from workhive_dashboard import DashboardSettings
 from workhive_dashboard.serve import bind
 
@@ -311,7 +312,7 @@ def test_the_charts_move_while_a_fleet_runs(browser: Any, hive_url: str, tmp_pat
             f"() => {{ const c = window.workhiveCharts && window.workhiveCharts['chart-depth'];"
             f" return !!c && c.data[1].includes({items}); }}"
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+        env = workhive_free_env()
         env.update(CHART_KEY_1="sk-chart-test-0123456789", PYTHONPATH=str(tmp_path))
         fleet = subprocess.Popen(
             [sys.executable, "-m", "workhive", "--storage", hive_url, "work", "jobs", "--handler",

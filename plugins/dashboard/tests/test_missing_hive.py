@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 import workhive
 from workhive.cli import main
+from workhive.testing.environment import without_workhive_settings
 
 from . import services
 from .conftest import run
@@ -116,10 +116,8 @@ class FakeServe:
 
 @pytest.fixture
 def fake_serve(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeServe:
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_") and name not in ("WORKHIVE_REQUIRE_SERVICES",):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)  # no workhive.toml of the caller's; the default store would be here
+    # no workhive.toml of the caller's; the default store would be here
+    without_workhive_settings(monkeypatch, tmp_path, keep=["WORKHIVE_REQUIRE_SERVICES"])
     fake = FakeServe()
     monkeypatch.setattr("workhive_dashboard.serve.serve", fake)
     return fake

@@ -11,15 +11,12 @@ import pytest
 
 import workhive
 from workhive.cli import main
+from workhive.testing.environment import without_workhive_settings
 
 
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in list(os.environ):
-        if name.startswith("WORKHIVE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return without_workhive_settings(monkeypatch, tmp_path)
 
 
 def run(*argv: str) -> int:

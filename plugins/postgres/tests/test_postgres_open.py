@@ -19,6 +19,7 @@ from workhive.errors import (
     InvalidName,
     StorageUnavailable,
 )
+from workhive.testing.environment import workhive_free_env
 from workhive.testing.processes import free_port
 from workhive_postgres import PostgresStorage, parse_url
 
@@ -204,7 +205,7 @@ async def test_an_option_given_twice_is_refused_naming_it_and_nothing_is_created
 @pytest.mark.parametrize("char", RESERVED)
 def test_the_cli_shows_no_piece_of_the_password(char: str, schema: str, tmp_path: Any) -> None:
     url = f"postgresql://postgres:{canary(char)}@127.0.0.1:5432/test?schema={schema}"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}, "WORKHIVE_STORAGE": url}
+    env = workhive_free_env(WORKHIVE_STORAGE=url)
     items = tmp_path / "items.jsonl"
     items.write_text('{"n": 1}\n')
     runs = [cli("config", env=env), cli("push", "jobs", str(items), env=env), cli("status", "--json", env=env)]

@@ -7,7 +7,6 @@ user made with exactly those rules, and checks the README shows them.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -18,13 +17,15 @@ import redis as redis_py
 from redis_server import PrivateRedis
 from workhive_redis.failures import ACL_RULES, acl_rules
 
+from workhive.testing.environment import workhive_free_env
+
 PREFIX = "acl"
 _README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _cli(tmp_path: Path, user: str, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     url = f"redis://{user}@127.0.0.1:{port}/0?prefix={PREFIX}&retry_for=0.5"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+    env = workhive_free_env()
     env["PYTHONPATH"] = str(tmp_path)
     return subprocess.run([sys.executable, "-m", "workhive", "--storage", url, *args], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path, env=env)  # fmt: skip

@@ -17,6 +17,7 @@ from workhive.errors import (
     StorageUnavailable,
 )
 from workhive.models import ItemState
+from workhive.testing.environment import workhive_free_env
 
 
 @pytest.mark.parametrize(
@@ -214,7 +215,6 @@ def test_an_option_given_twice_is_refused_naming_it_and_nothing_is_written(optio
 
 @pytest.mark.parametrize("char", RESERVED)
 def test_the_cli_shows_no_piece_of_the_password_in_config_status_or_errors(char: str, tmp_path: Path) -> None:
-    import os
     import subprocess
     import sys
 
@@ -223,7 +223,7 @@ def test_the_cli_shows_no_piece_of_the_password_in_config_status_or_errors(char:
     # The shared server's default user takes any password through HELLO AUTH (it has nopass);
     # raw @ and : are read whole, so those URLs work, while / ? # are refused.
     url = f"redis://default:{canary(char)}@{host}/0?prefix={prefix}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+    env = workhive_free_env()
     (tmp_path / "items.jsonl").write_text('{"n": 1}\n')
     runs = [
         subprocess.run([sys.executable, "-m", "workhive", "--storage", url, *args], capture_output=True, text=True,

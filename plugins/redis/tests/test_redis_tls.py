@@ -8,7 +8,6 @@ A wrong CA must be an immediate certificate error, not "cannot reach Redis" afte
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import workhive
 from workhive.errors import ConfigError, StorageUnavailable
 from workhive.redaction import forget_secrets
 from workhive.testing.certificates import CertPair, make_ca, make_certificate, openssl_missing
+from workhive.testing.environment import workhive_free_env
 from workhive.testing.processes import free_port
 
 # Long enough that a retried failure could not finish inside the test's bound on a loaded machine.
@@ -131,7 +131,7 @@ def test_password_file_and_environment_keep_the_password_out_of_the_url(
             monkeypatch.delenv(variable)
 
         # `workhive config`, `push` and `status` (another process) find it in the environment and never show it.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKHIVE_")}
+        env = workhive_free_env()
         env["REDISCLI_AUTH"] = SECRET
         (tmp_path / "items.jsonl").write_text('{"n": 2}\n')
         for args in (["config"], ["config", "--json"], ["push", "p", "items.jsonl"], ["status"], ["status", "--json"]):
