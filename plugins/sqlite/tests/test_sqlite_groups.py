@@ -375,3 +375,33 @@ async def test_a_claim_whose_turns_were_chosen_before_another_write_gives_way_an
         ("w2", 2),
     ]
     _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_group_reads_more_of_its_items_only_when_its_turn_comes_again(
+    store: SqliteStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One turn each: no group reads beyond the first ready item its turn-index row brought.
+
+    A group whose read items are spent waits keyed by the priority it was served at (a
+    bound on its next item's) and reads more when that key comes first: a lower priority
+    found then lets the others go first, as one-item claims would (GR5).
+    """
+    from workhive_sqlite import groups
+
+    reads: list[str] = []
+    fetch = groups._Candidate.fetch
+
+    def counted(self: Any, *args: Any) -> None:
+        reads.append(self.group)
+        fetch(self, *args)
+
+    monkeypatch.setattr(groups._Candidate, "fetch", counted)
+    await store.push("p", _items("a", 5) + _items("b", 5) + _items("c", 5))
+    taken = await store.claim("p", "w", 3, LEASE)
+    assert Counter(_group_of(i) for i in taken) == {"a": 1, "b": 1, "c": 1}
+    assert reads == []
+    await store.push("q", _items("hi", 1, priority=5) + _items("hi", 1) + _items("mid", 3, priority=1))
+    taken = await store.claim("q", "w", 4, LEASE)
+    assert [(_group_of(i), i.priority) for i in taken] == [("hi", 5), ("mid", 1), ("mid", 1), ("mid", 1)]
+    assert reads == ["hi", "mid"]  # hi's next is priority 0: read once, then it waits behind mid

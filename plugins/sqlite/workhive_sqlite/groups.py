@@ -196,11 +196,16 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
     plan = _Plan([], {}, pool_vt)
     if room <= 0:
         return plan
+    # Entries (-priority of its next ready item, vt, name, group). A served group whose read items
+    # are spent goes back keyed by the priority it was just served at, a bound (its next ready item's
+    # is at most that), and reads more only if that entry comes first again: a group served its last
+    # turn of the claim reads nothing more, where an eager read cost a small claim a statement per group.
     heap: list[tuple[int, float, str, _Candidate]] = []
     rows = ops.conn.execute(*_ops._bind(_Q["group_turns"], (pool, now)))
+    taken = 0
     try:
         unread = rows.fetchone()
-        for _ in range(room):
+        while taken < room:
             while unread is not None and (not heap or (-unread[1], unread[2], unread[0]) < heap[0][:3]):
                 group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
                 unread = rows.fetchone()
@@ -218,8 +223,15 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             if not heap:
                 break
             served = heapq.heappop(heap)[3]
-            item, _priority = served.ready.popleft()
+            if not served.ready:
+                # Keyed by a bound: read its next items, and serve it only if it still comes first.
+                served.fetch(ops, pool, now, int(min(room - taken, served.slots, max(_FIRST_READ, 2 * served.read))))
+                if served.ready:
+                    heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
+                continue
+            item, priority = served.ready.popleft()
             plan.items.append(item)
+            taken += 1
             start = max(served.vt, plan.pool_vt)
             plan.pool_vt = start
             served.vt = start + 1.0 / served.weight
@@ -228,10 +240,10 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             served.slots -= 1
             if served.slots <= 0:
                 continue
-            if not served.ready:
-                served.fetch(ops, pool, now, int(min(room, served.slots, max(_FIRST_READ, 2 * served.read))))
             if served.ready:
                 heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
+            elif served.more:
+                heapq.heappush(heap, (-priority, served.vt, served.group, served))
     finally:
         rows.close()
     return plan
