@@ -2,11 +2,15 @@
 
 Each worker process opens the store by URL (``workhive.open(url, **options)``),
 waits until every process is ready, then claims and completes until the pool is
-empty. While it holds a claim it keeps a marker file for it, written after the
-claim returned and removed before the completion is sent, so the markers
-present at any moment are a subset of the claims the store holds: whenever a
-process sees more markers of a group (or of the pool) than its limit allows,
-the store broke the limit. Every item must be done exactly once at the end.
+empty. While it holds a claim it keeps a marker file for it in its group's
+folder and one in the pool's, written after the claim returned and removed
+before the completion is sent, so the markers present at any moment are a
+subset of the claims the store holds: whenever a process sees more markers of
+a group (or of the pool) than its limit allows, the store broke the limit.
+Each count is one listing of one folder: a sum of the group folders' counts,
+listed one after another, could add a marker removed before a later folder was
+listed to one written after, and see a pool over its limit that never was.
+Every item must be done exactly once at the end.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = ["LimitedFleet", "drain_groups_in_processes"]
 _POOL = "mp-groups"
 _LEASE = 3600.0
 _UNGROUPED = "-"  # the marker folder of ungrouped items (no group name can be "-": names start alnum)
+_POOL_MARKERS = "+pool"  # the folder of every held claim's second marker (not a group name either)
 
 
 @attrs.frozen
@@ -47,6 +52,7 @@ class LimitedFleet:
 
 
 def _held(markers: pathlib.Path) -> dict[str, int]:
+    """Markers per folder (the groups' and ``_POOL_MARKERS``), each folder's count from one listing."""
     return {folder.name: len(os.listdir(folder)) for folder in markers.iterdir()}
 
 
@@ -78,6 +84,7 @@ def _drain(
                     continue
                 claimed.extend(item.id for item in batch)
                 mine = [markers / (item.group or _UNGROUPED) / item.id for item in batch]
+                mine += [markers / _POOL_MARKERS / item.id for item in batch]
                 for marker in mine:
                     marker.touch()
                 held = _held(markers)
@@ -85,8 +92,9 @@ def _drain(
                     limit = limits.get(folder)
                     if limit is not None and count > limit:
                         breaches.append(f"{count} claims of group {folder} held at once (limit {limit})")
-                if fleet.pool_limit is not None and sum(held.values()) > fleet.pool_limit:
-                    breaches.append(f"{sum(held.values())} claims held at once (pool limit {fleet.pool_limit})")
+                in_pool = held[_POOL_MARKERS]
+                if fleet.pool_limit is not None and in_pool > fleet.pool_limit:
+                    breaches.append(f"{in_pool} claims held at once (pool limit {fleet.pool_limit})")
                 await asyncio.sleep(0.002)  # hold the claims a moment, so others try while they are held
                 for marker in mine:
                     marker.unlink()
@@ -109,6 +117,7 @@ async def drain_groups_in_processes(
     (signals / "held").mkdir(parents=True)
     for group in fleet.groups:
         (signals / "held" / (group or _UNGROUPED)).mkdir()
+    (signals / "held" / _POOL_MARKERS).mkdir()
     async with workhive.open(url, **options) as hive:
         pool = hive.pool(_POOL)
         for group, limit in fleet.group_limits.items():

@@ -144,8 +144,8 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     assert schedules.schedule_fire(ops, "s", now[0] + 60.0, NewItem("1")) is None
     assert schedules.schedule_remove(ops, "s")
     # Groups: a pool with a held item starts using them (a grouped push adopts its items), a push
-    # finds that out by its probe, every setting, claims by turns (an expired lease about), a
-    # waiter's due time while a limit and a pause hold every ready item back, the report.
+    # finds that out by its probe, every setting, claims by turns (an expired lease about; a group
+    # taking two turns), a waiter's due time while a limit and a pause hold every ready item back, the report.
     ops.push("g", _items(2))
     assert len(ops.claim("g", "w1", 1, 10.0)) == 1
     ops.push("g", [NewItem(payload="1", group="t")])
@@ -160,6 +160,9 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     groups.pause_group(ops, "g", "t", 60.0)
     assert ops.next_due(["g"])["g"] == now[0] + 30.0
     assert [g.group for g in groups.group_report(ops, "g").groups] == [None, "t"]
+    # A group taking a second turn in one claim reads its next ready items (its first came with its row).
+    ops.push("h", [NewItem(payload="1", group="u") for _ in range(3)])
+    assert [item.group for item in ops.claim("h", "w1", 2, 30.0)] == ["u", "u"]
 
 
 def record_every_operation(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:

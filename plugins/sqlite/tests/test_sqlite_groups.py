@@ -328,3 +328,80 @@ async def test_the_report_lists_a_group_by_its_own_settings_only_while_it_has_th
     clock.advance(10.0)  # the pause ended
     assert [g.group for g in (await store.group_report("p")).groups] == ["limited", "weighted"]
     assert await store.group_report("empty") == GroupReport("empty", None, None, ())
+
+
+@pytest.mark.asyncio
+async def test_a_claim_whose_turns_were_chosen_before_another_write_gives_way_and_claims_again(
+    store: SqliteStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's connection chooses a claim's turns before taking the write lock (``optimistic_write``).
+
+    Another handle claims between those reads and the claim statement: the statement is
+    refused (SQLITE_BUSY, the snapshot is stale), nothing changed, and the claim runs
+    again on the thread under BEGIN IMMEDIATE. Had the stale turns been claimed, the
+    item the other handle took would be claimed twice and group a past its limit of 1.
+    """
+    from workhive_sqlite import groups
+    from workhive_sqlite.ops import Operations
+
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.set_group_limit("p", "a", 1)
+    await store.push("p", _items("a", 3) + _items("b", 3))
+    meddler = sqlite3.connect(tmp_path / "hive.db", isolation_level=None, timeout=5)
+    other = Operations(meddler, clock)  # another process: it waits for the lock, never chooses early
+    plan = groups._plan
+    planned: list[bool | str] = []
+    theirs: list[Any] = []
+
+    def meddling_plan(ops: Operations, *args: Any) -> Any:
+        chosen = plan(ops, *args)
+        planned.append("other" if ops is other else ops.optimistic)
+        if len(planned) == 1:
+            theirs.extend(other.claim("p", "w2", 2, LEASE))  # commits while this claim only read
+        return chosen
+
+    monkeypatch.setattr(groups, "_plan", meddling_plan)
+    try:
+        mine = await store.claim("p", "w", 2, LEASE)
+    finally:
+        meddler.close()
+    # Chosen early on the loop's connection, the other handle's claim, then chosen again under the lock.
+    assert planned == [True, "other", False]
+    assert Counter(_group_of(i) for i in theirs) == {"a": 1, "b": 1}
+    assert Counter(_group_of(i) for i in mine) == {"b": 2}  # a holds its one slot already
+    assert not {i.id for i in mine} & {i.id for i in theirs}
+    assert sorted(_rows(tmp_path, "SELECT claimed_by, count(*) FROM items WHERE state = 'claimed' GROUP BY 1")) == [
+        ("w", 2),
+        ("w2", 2),
+    ]
+    _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
+async def test_a_group_reads_more_of_its_items_only_when_its_turn_comes_again(
+    store: SqliteStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One turn each: no group reads beyond the first ready item its turn-index row brought.
+
+    A group whose read items are spent waits keyed by the priority it was served at (a
+    bound on its next item's) and reads more when that key comes first: a lower priority
+    found then lets the others go first, as one-item claims would (GR5).
+    """
+    from workhive_sqlite import groups
+
+    reads: list[str] = []
+    fetch = groups._Candidate.fetch
+
+    def counted(self: Any, *args: Any) -> None:
+        reads.append(self.group)
+        fetch(self, *args)
+
+    monkeypatch.setattr(groups._Candidate, "fetch", counted)
+    await store.push("p", _items("a", 5) + _items("b", 5) + _items("c", 5))
+    taken = await store.claim("p", "w", 3, LEASE)
+    assert Counter(_group_of(i) for i in taken) == {"a": 1, "b": 1, "c": 1}
+    assert reads == []
+    await store.push("q", _items("hi", 1, priority=5) + _items("hi", 1) + _items("mid", 3, priority=1))
+    taken = await store.claim("q", "w", 4, LEASE)
+    assert [(_group_of(i), i.priority) for i in taken] == [("hi", 5), ("mid", 1), ("mid", 1), ("mid", 1)]
+    assert reads == ["hi", "mid"]  # hi's next is priority 0: read once, then it waits behind mid

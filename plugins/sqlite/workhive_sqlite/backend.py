@@ -234,7 +234,7 @@ class SqliteStorage:
         except BaseException:
             conn.close()
             raise
-        self._fast = Operations(conn, self._clock)
+        self._fast = Operations(conn, self._clock, optimistic=True)
         self._loop_thread = threading.get_ident()
 
     def _target(self) -> str:
@@ -383,8 +383,11 @@ class SqliteStorage:
         answers SQLITE_BUSY at once, before the operation changed anything (a
         write takes the lock before it reads, and a failed transaction is rolled
         back), and the operation is run on the thread, which waits for the lock
-        as before. The event loop is blocked for the SQL itself, never for a
-        lock wait, and never for a checkpoint's fsync (``_checkpoint``).
+        as before. (A claim by turns reads first and takes the lock with its
+        first write, ``Operations.optimistic_write``: busy there too when another
+        connection committed since its reads, and rolled back, nothing changed.)
+        The event loop is blocked for the SQL itself, never for a lock wait, and
+        never for a checkpoint's fsync (``_checkpoint``).
 
         Why not retry here first, yielding the CPU to the lock holder? Measured
         with 4 processes on 2 cores: up to 16 tries with ``os.sched_yield``

@@ -9,7 +9,9 @@ of ``ops`` and pay one probe of that table. From then on:
   ``inflight`` (its claims) are kept: by triggers on ``items`` for every move
   but a claim, and by the claim itself, once per group it served; a pool with
   a limit counts its unexpired claims off ``items_leases`` (about as many as its limit);
-* a claim (``claim_by_turns``) runs in one ``BEGIN IMMEDIATE`` transaction:
+* a claim (``claim_by_turns``) runs in one transaction (``BEGIN IMMEDIATE``;
+  on the event loop's connection a deferred one whose first write fails,
+  nothing changed, if anything was committed since its reads):
   it settles the pool's expired leases (so their slots are free and their
   items pending again), chooses all its turns in one pass over the
   ``groups_turns`` index (head priority, then virtual time ``vt``, then name)
@@ -51,6 +53,7 @@ __all__ = [
     "set_group_limit",
     "set_group_weight",
     "set_pool_limit",
+    "take_turns",
     "use_groups",
 ]
 
@@ -80,7 +83,31 @@ def use_groups(ops: Operations, pool: str) -> None:
 def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
     """Claim up to ``limit`` items of a pool that uses groups: one turn per item (GR2-GR8).
 
-    Runs inside the caller's ``BEGIN IMMEDIATE`` transaction (``Operations._claim``).
+    The turns are taken in one transaction (``take_turns``; or the caller's, as in
+    ``complete_and_claim``) and the items built after it commits, so the write
+    lock is not held for that. On the event loop's connection (``ops.optimistic``)
+    the turns are chosen before the lock is taken (``Operations.optimistic_write``):
+    the claim statement, its first write, fails with SQLITE_BUSY, nothing changed,
+    if another connection wrote since, and the backend runs it again on its thread,
+    under ``BEGIN IMMEDIATE``. The lock is then held for the writes alone, not for
+    reading the groups and choosing the turns: a holder that the scheduler
+    preempts on a busy machine stalls every other process's writes.
+    """
+    write = ops.optimistic_write if ops.optimistic else ops.write
+    rows, order, expiry = write(take_turns, ops, pool, worker_id, limit, lease)
+    if not rows:
+        return []
+    # RETURNING comes back in storage order; hand the items out in turn order.
+    rows.sort(key=lambda row: order[row[0]])
+    lease = float(lease)
+    return [_claimed(row, pool, worker_id, expiry, lease) for row in rows]
+
+
+def take_turns(
+    ops: Operations, pool: str, worker_id: str, limit: int, lease: float
+) -> tuple[list[Any], dict[int, int], float]:
+    """The claim of ``claim_by_turns``, inside the write transaction: its rows, each item's turn, the lease's expiry.
+
     All the batch's turns are chosen first (``_plan``, reading the groups and
     their items off their indexes), then claimed in one statement, and each
     served group's virtual time written once: a batch of n costs a few
@@ -96,22 +123,19 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
         execute(*_ops._bind(_Q["group_settle_expired"], args))
     room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
     plan = _plan(ops, pool, now, default_limit, pool_vt, room)
-    if not plan.items:
-        return []
     lease = float(lease)
     expiry = now + lease
+    if not plan.items:
+        return [], {}, expiry
     rows = execute(
         *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
     ).fetchall()
-    # RETURNING comes back in storage order; hand the items out in turn order.
-    order = {item: n for n, item in enumerate(plan.items)}
-    rows.sort(key=lambda row: order[row[0]])
     ops.conn.executemany(
         _Q["group_took_turns"], [(vt, plan.taken[group], pool, group) for group, vt in plan.vts.items()]
     )
     if plan.pool_vt != pool_vt:
         execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
-    return [_claimed(row, pool, worker_id, expiry, lease) for row in rows]
+    return rows, {item: n for n, item in enumerate(plan.items)}, expiry
 
 
 def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
@@ -172,11 +196,16 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
     plan = _Plan([], {}, pool_vt)
     if room <= 0:
         return plan
+    # Entries (-priority of its next ready item, vt, name, group). A served group whose read items
+    # are spent goes back keyed by the priority it was just served at, a bound (its next ready item's
+    # is at most that), and reads more only if that entry comes first again: a group served its last
+    # turn of the claim reads nothing more, where an eager read cost a small claim a statement per group.
     heap: list[tuple[int, float, str, _Candidate]] = []
     rows = ops.conn.execute(*_ops._bind(_Q["group_turns"], (pool, now)))
+    taken = 0
     try:
         unread = rows.fetchone()
-        for _ in range(room):
+        while taken < room:
             while unread is not None and (not heap or (-unread[1], unread[2], unread[0]) < heap[0][:3]):
                 group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
                 unread = rows.fetchone()
@@ -194,8 +223,15 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             if not heap:
                 break
             served = heapq.heappop(heap)[3]
-            item, _priority = served.ready.popleft()
+            if not served.ready:
+                # Keyed by a bound: read its next items, and serve it only if it still comes first.
+                served.fetch(ops, pool, now, int(min(room - taken, served.slots, max(_FIRST_READ, 2 * served.read))))
+                if served.ready:
+                    heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
+                continue
+            item, priority = served.ready.popleft()
             plan.items.append(item)
+            taken += 1
             start = max(served.vt, plan.pool_vt)
             plan.pool_vt = start
             served.vt = start + 1.0 / served.weight
@@ -204,10 +240,10 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             served.slots -= 1
             if served.slots <= 0:
                 continue
-            if not served.ready:
-                served.fetch(ops, pool, now, int(min(room, served.slots, max(_FIRST_READ, 2 * served.read))))
             if served.ready:
                 heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
+            elif served.more:
+                heapq.heappush(heap, (-priority, served.vt, served.group, served))
     finally:
         rows.close()
     return plan

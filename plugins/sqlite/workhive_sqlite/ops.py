@@ -213,9 +213,13 @@ class Operations:
     event loop's connection) SQLITE_BUSY is raised at once, with nothing changed.
     """
 
-    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float]) -> None:
+    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float], *, optimistic: bool = False) -> None:
         self.conn = conn
         self.clock = clock
+        #: Whether a claim by turns may choose its turns before it takes the write lock
+        #: (``optimistic_write``): only on a connection that never waits for the lock
+        #: (busy timeout 0, the event loop's), whose caller runs a busy operation again elsewhere.
+        self.optimistic = optimistic
         #: Pools known to use groups (workhive_sqlite.groups). A pool never stops using
         #: them, so what another process did is found once (peek) and then remembered.
         self.grouped: set[str] = set()
@@ -231,6 +235,28 @@ class Operations:
             # (complete_and_claim): its transaction makes this all-or-nothing.
             return body(*args)
         conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(*args)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    def optimistic_write(self, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body`` in a deferred transaction: its reads need no lock, its first write takes it.
+
+        In WAL mode that first write fails with SQLITE_BUSY (``BUSY_SNAPSHOT``) if any
+        other connection committed since this one's reads began, or holds the lock now;
+        the transaction is then rolled back, nothing changed, and the error goes to the
+        caller. So when it succeeds, nothing moved between the reads and the writes, as
+        under ``BEGIN IMMEDIATE``, while the lock was held only for the writes.
+        """
+        conn = self.conn
+        if conn.in_transaction:
+            return body(*args)
+        conn.execute("BEGIN")
         try:
             result = body(*args)
             conn.execute("COMMIT")
@@ -316,7 +342,7 @@ class Operations:
 
     def _claim(self, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         if pool in self.grouped:
-            return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
+            return _groups().claim_by_turns(self, pool, worker_id, limit, lease)
         now = self.clock()
         conn = self.conn
         args = (pool, now, limit, worker_id, float(lease), now + lease)
@@ -328,13 +354,13 @@ class Operations:
             ready, expired, grouped = conn.execute(*_bind(_PEEK, (pool, now))).fetchone()
             if grouped:  # the pool uses groups (maybe since another process's call): claim by turns
                 self.grouped.add(pool)
-                return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
+                return _groups().claim_by_turns(self, pool, worker_id, limit, lease)
             if expired:
                 rows = self._transaction(self._claim_with_expired, args)
                 if not rows and conn.execute(_GROUP_POOL, (pool,)).fetchone() is not None:
                     # Grouped by another process since the peek: claim_any refused it.
                     self.grouped.add(pool)
-                    return self._transaction(_groups().claim_by_turns, self, pool, worker_id, limit, lease)
+                    return _groups().claim_by_turns(self, pool, worker_id, limit, lease)
             elif ready:  # pushed by another process since the claim above
                 rows = conn.execute(*_bind(_CLAIM_ONE if limit == 1 else _CLAIM_READY, args)).fetchall()
             if not rows:
