@@ -327,8 +327,11 @@ async def test_a_completion_storage_never_answers_is_no_longer_heartbeaten(monke
         enough = asyncio.Event()
 
         def watch(runtime: ProcessRuntime, event: list[Any]) -> None:
-            if event[0] == "start":
-                holder[event[2]] = event[1]
+            if event[0] in ("start", "starts"):
+                if event[0] == "start":
+                    holder[event[2]] = event[1]
+                else:  # lanes' first claims announced together: worker id, then lane, item id, token each
+                    holder.update({event[n + 1]: f"{event[1]}#{event[n]}" for n in range(2, len(event), 3)})
                 if len(holder) == 2:  # both running: now the first one may finish, and fail to
                     gates["stuck"].set()
             elif event[0] == "fatal":

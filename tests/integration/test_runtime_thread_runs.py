@@ -161,9 +161,9 @@ def test_an_item_given_back_before_goes_the_one_at_a_time_way(handlers: Any) -> 
     seen: list[str] = []
     original = worker_module.Worker._run_one
 
-    async def spy(self: Any, item: Any, lane: str) -> None:
+    async def spy(self: Any, item: Any, lane: str, *announced: Any) -> float:
         seen.append(item.id)
-        await original(self, item, lane)
+        return await original(self, item, lane, *announced)  # the seconds its handler took
 
     async def go() -> Any:
         async with workhive.open("memory://") as hive:

@@ -9,6 +9,7 @@ the test steps on the heartbeat loop's rounds and on events, with a generous bou
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -47,9 +48,13 @@ async def test_one_worker_holds_every_item_with_one_claim_and_one_heartbeat_a_be
         beats_at_round: list[int] = []
         three_rounds = asyncio.Event()
 
+        starts: list[list[Any]] = []
+
         def on_event(event: list[Any]) -> None:
-            if event[0] == "start":
-                started.add(event[2])
+            if event[0] in ("start", "starts"):
+                starts.append(event)
+                # START: lane, item id, token, alone; STARTS: worker id, then lane, item id, token for each
+                started.update([event[2]] if event[0] == "start" else event[3::3])
                 if len(started) == ITEMS:
                     all_in_flight.set()
 
@@ -104,6 +109,10 @@ async def test_one_worker_holds_every_item_with_one_claim_and_one_heartbeat_a_be
     assert {item.claimed_by for item in items} == {worker.worker_id}
     # The 200 completions went in one call, as did their START events' claims.
     assert storage.counts["complete"] == 1
+    # The claim's 200 items were announced to the supervisor in 4 events (50 claims each), not 200.
+    assert [e[0] for e in starts] == ["starts"] * 4
+    assert [len(e[2:]) for e in starts] == [150] * 4 and all(e[1] == worker.worker_id for e in starts)
+    assert all(len(json.dumps(e)) < 4096 for e in starts)  # each one atomic write to the pipe (PIPE_BUF)
 
 
 @pytest.mark.asyncio
@@ -121,6 +130,8 @@ async def test_a_lane_ending_lets_the_claim_loop_fill_it_again():
         def on_event(event: list[Any]) -> None:
             if event[0] == "start":
                 in_flight.append(runtime.workers[0].lanes_busy)
+            elif event[0] == "starts":  # several lanes' first claims at once
+                in_flight.extend([runtime.workers[0].lanes_busy] * (len(event[2:]) // 3))
 
         opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=3)
         runtime = ProcessRuntime(opts, hive=hive, sink=ListSink(on_event=on_event))
@@ -180,3 +191,77 @@ async def test_no_status_is_written_once_deregistration_began():
             await worker._status_writer
         record = await hive.workers.get(worker.worker_id)
     assert record.status is WorkerStatus.STOPPED
+
+
+@pytest.mark.asyncio
+async def test_fast_handlers_claim_more_per_lane_however_long_their_completions_take(monkeypatch):
+    """The adaptive claim size is judged by the handlers' own time, not the lane's.
+
+    A lane's wall time holds more than its handlers: the other lanes' turns, and its
+    completions' round trip. Here the clock (the worker's, faked) moves only while
+    storage completes, ten seconds a call, and the handler returns at once: the claim
+    size must still double, so some claim asks for more items than the worker has lanes.
+    Judged by the lane's time, every claim asked for one item a lane.
+    """
+    import time as real_time
+    import types
+
+    from workhive.runtime import worker as worker_module
+
+    now = [0.0]
+    fake = types.SimpleNamespace(
+        monotonic=lambda: real_time.monotonic() + now[0],
+        perf_counter=lambda: real_time.perf_counter() + now[0],
+        time=real_time.time,
+    )
+    monkeypatch.setattr(worker_module, "time", fake)
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n} for n in range(40)])
+        complete, claim = hive.storage.complete, hive.storage.claim
+        asked: list[int] = []
+
+        async def slow_complete(pool_name: str, acks: Any) -> Any:
+            now[0] += 10.0  # a slow round trip, on the worker's clock
+            return await complete(pool_name, acks)
+
+        async def counted_claim(pool_name: str, worker_id: str, limit: int, lease: float) -> Any:
+            asked.append(limit)
+            return await claim(pool_name, worker_id, limit, lease)
+
+        hive.storage.complete = slow_complete  # type: ignore[method-assign]
+        hive.storage.claim = counted_claim  # type: ignore[method-assign]
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=1)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        code = await asyncio.wait_for(runtime.run(stop_when_empty=True), BOUND)
+        items = [await pool.get(i) for i in ids]
+    assert code == 0 and all(item.state is ItemState.DONE for item in items)
+    assert max(asked) > 1  # one lane, yet claims of several items: the size doubled
+
+
+def test_the_supervisor_records_claims_announced_together_as_it_does_each_start() -> None:
+    """A STARTS event (a claim's lanes, announced in one write) leaves the supervisor's record as their STARTs would."""
+    from workhive.runtime import events as ev
+    from workhive.runtime.supervisor import Supervisor, _Child
+
+    async def main() -> tuple[Any, Any]:
+        async with workhive.open("memory://") as hive:
+            sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
+            each, together = (_Child.__new__(_Child) for _ in range(2))
+            for child in (each, together):
+                child.running, child.unreported, child.worker_ids = {}, {}, set()
+                child.alone, child.fatal, child.ready = None, None, True
+            sup._on_event(each, [ev.START, "w-1#7", "i0000000000000001", 3, 1])  # one alone, then two more
+            sup._on_event(together, [ev.START, "w-1#7", "i0000000000000001", 3, 1])
+            for n, (lane, token) in enumerate(((0, 5), (7, 2))):
+                sup._on_event(each, [ev.START, f"w-1#{lane}", f"i000000000000000{n + 2}", token, 0])
+            sup._on_event(together, [ev.STARTS, "w-1", 0, "i0000000000000002", 5, 7, "i0000000000000003", 2])
+            return each, together
+
+    each, together = asyncio.run(main())
+    assert together.running == each.running == {
+        "w-1#0": ("i0000000000000002", 5),
+        "w-1#7": ("i0000000000000003", 2),
+    }
+    assert together.unreported == each.unreported
+    assert together.alone is None and each.alone is None  # the one alone is no longer the last word

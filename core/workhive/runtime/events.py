@@ -35,6 +35,9 @@ DISABLED = "disabled"  # credential name, reason
 WORKER = "worker"  # worker id registered
 WORKER_LOST = "worker_lost"  # worker id was declared lost while running
 START = "start"  # lane ("<worker id>#<n>"), item id, token, alone (1: nothing else runs beside it): a claim starts
+#: worker id, then (lane number, item id, token) for each of several claims starting at once, none alone: the
+#: claims one ``claim_many`` brought, announced in one write before any of their lanes runs (see Worker._start_lanes)
+STARTS = "starts"
 READY = "ready"  # the process loaded its handler and registered its workers
 FATAL = "fatal"  # exit code, message[, STORAGE_FAULT]: the process cannot run (bad handler, storage down)
 EXIT = "exit"  # exit code, reason, workers whose claims it could not give back: its last word before it exits

@@ -58,6 +58,9 @@ class IsolationGate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._changed = asyncio.Event()
+        self._shared = _Shared(self)  # stateless: one for every item that runs beside others
+        #: how many items have begun to run alone: an item announced before one did is announced again
+        self.exclusive_runs = 0
 
     @property
     def exclusive_wanted(self) -> bool:
@@ -72,9 +75,9 @@ class IsolationGate:
         while not ready():
             await self._changed.wait()
 
-    def shared(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """Run beside other ordinary items; wait while an item runs, or waits to run, alone."""
-        return _Shared(self)
+    def shared(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Run beside other ordinary items; wait while an item runs, or waits to run, alone (yields False)."""
+        return self._shared
 
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -86,6 +89,7 @@ class IsolationGate:
             self._waiting_exclusive -= 1
             self._notify()
         self._exclusive = True
+        self.exclusive_runs += 1
         self.running += 1
         try:
             yield
@@ -128,23 +132,28 @@ class Suspects:
 
         A suspect whose block ends normally ran alone and its process lived: it is not
         the killer, and its mark is cleared (after the gate lets others run again).
+        An item never given back cannot be a suspect (``is_suspect``): it enters the
+        gate's shared side at once, with no object of its own.
         """
+        if item.releases == 0:
+            return gate.shared()
         return _Admission(self, gate, item)
 
 
 class _Shared:
-    """``IsolationGate.shared()``: a plain object, not a generator, since every item in flight holds one."""
+    """``IsolationGate.shared()``: one plain object per gate, holding no state of an entrant, so shared by all."""
 
     __slots__ = ("_gate",)
 
     def __init__(self, gate: IsolationGate) -> None:
         self._gate = gate
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> bool:
         gate = self._gate
         if gate._exclusive or gate._waiting_exclusive:
             await gate._until(lambda: not gate._exclusive and not gate._waiting_exclusive)
         gate.running += 1
+        return False  # not alone
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._gate.running -= 1
@@ -161,7 +170,7 @@ class _Admission:
         self._gate = gate
         self._item = item
         self._alone = False
-        self._inner: contextlib.AbstractAsyncContextManager[None] | None = None
+        self._inner: contextlib.AbstractAsyncContextManager[Any] | None = None
 
     async def __aenter__(self) -> bool:
         self._alone = await self._suspects.is_suspect(self._item)

@@ -51,6 +51,8 @@ class KeyUse:
     the block ends; they correct the key's budget as it is given back.
     """
 
+    __slots__ = ("_keys", "credential", "reservation", "slot", "usage", "went")
+
     def __init__(
         self,
         keys: Keys,
@@ -146,7 +148,10 @@ class Keys:
         number >= 0 or can never fit a key's budget (``BudgetUnsatisfiable``).
         """
         if self.credentials is None:
-            return KeyUse(self)
+            # Without keys every item shares one: it holds no credential, reservation or slot,
+            # so giving it back does nothing and its ``usage`` is never read (a waiting item
+            # costs no KeyUse of its own).
+            return self.no_key
         if self.budgets is None:
             credential = await self.credentials.acquire(timeout=self.timeout)
             return KeyUse(self, credential, None, await self._slot(self.credentials, credential))

@@ -360,6 +360,18 @@ class Supervisor:
             # the other workers still hold.
             child.alone = child.running[event[1]] if len(event) > 4 and event[4] else None
             return
+        if kind == ev.STARTS:
+            # Several claims starting at once (one claim_many), none alone: each as a START.
+            worker_id, timed = event[1], self.budget_rate is not None
+            now = time.monotonic()
+            for n in range(2, len(event) - 2, 3):
+                item_id, token = str(event[n + 1]), int(event[n + 2])
+                child.running[f"{worker_id}#{event[n]}"] = (item_id, token)
+                child.unreported[item_id] = token
+                if timed:
+                    self._started_at[item_id] = now
+            child.alone = None
+            return
         if kind == ev.READY:
             child.ready = True
             self.startup_failures = 0

@@ -82,6 +82,9 @@ ACK_BATCH_MAX = 500
 CLAIM_GATHER_SECONDS = 0.05
 MAX_CLAIM = 1000
 
+#: claims announced in one STARTS event: well under PIPE_BUF, so that the write is atomic (events.PipeSink)
+STARTS_PER_EVENT = 50
+
 
 class _Running:
     """A claim whose handler is running: its context, and the task to cancel when the handler is async.
@@ -466,17 +469,106 @@ class Worker:
         free while it ran: there is a lane for every batch.
         """
         loop = asyncio.get_running_loop()
+        rt = self.rt
         size = max(1, size)
+        # A lane of one item (slow handlers: a waiting fleet) is announced to the supervisor here,
+        # all of a claim's in a few writes (STARTS), rather than one START per lane: a claim of N
+        # items was N writes to the pipe and N events for the supervisor to parse. The announcement
+        # is made before any lane runs, so the supervisor knows each claim before its handler
+        # starts, as with START. Not for lanes of several items (each START moves the supervisor's
+        # record of the lane on to the item running now), nor for items that may be crash suspects
+        # (given back before: they are looked up and may run alone, announced as they start), nor
+        # while an item runs or waits to run alone (the supervisor's record of the claim running
+        # alone must stay the last word), nor for a plain-function handler (its thread trips
+        # announce each item themselves).
+        announce = rt.handler.is_async and not rt.gate.exclusive_wanted
+        epoch = rt.gate.exclusive_runs
+        starts: list[Any] = []
         for start in range(0, len(items), size):
             batch = items[start : start + size]
             lane = self._free_lanes.pop()
             self.items_in_flight += len(batch)
-            task = loop.create_task(self._lane(lane, batch))
+            first = batch[0]
+            announced = announce and len(batch) == 1 and first.releases == 0
+            if announced:
+                starts += (lane, first.id, first.token)
+                if len(starts) >= 3 * STARTS_PER_EVENT:
+                    rt.emit(ev.STARTS, self.worker_id, *starts)
+                    starts = []
+            task = loop.create_task(self._lane(lane, batch, epoch if announced else None))
             self._lanes.add(task)
+        if starts:
+            rt.emit(ev.STARTS, self.worker_id, *starts)
 
-    async def _lane(self, lane: int, items: list[WorkItem]) -> None:
+    async def _lane(self, lane: int, items: list[WorkItem], announced: int | None = None) -> None:
+        """Run a claimed batch in order, in lane ``lane`` (START events name it ``<worker id>#<lane>``).
+
+        One coroutine for the lane and its batch (not one calling the other): every
+        item in flight holds its lane's frames, so each level costs memory per item.
+        ``announced``: the batch's first item was announced by ``_start_lanes`` (STARTS),
+        when the isolation gate had let this many items run alone.
+        """
+        name = f"{self.worker_id}#{lane}"
+        handler_seconds = 0.0  # what the handlers took (their own calls, not the lane's waits)
+        ran = 0
+        owner = self.worker_id  # re-registered under a new id: what is left of the batch was given back
+        # A plain-function handler with no keys to lease runs several items per trip to the
+        # thread pool (see _run_in_thread); every other case runs one item at a time.
+        # With --timeout (or an item's own timeout) each item runs on its own, so that the clock runs per item.
+        in_thread = (
+            not self.rt.handler.is_async
+            and not self.rt.keys.active
+            and self.rt.options.timeout is None
+            and all(item.timeout is None for item in items)
+        )
+        index = 0
         try:
-            await self._run_batch(items, f"{self.worker_id}#{lane}")
+            try:
+                while index < len(items):
+                    # On shutdown or after being reaped, unstarted items of the batch stay
+                    # claimed: deregistration (or the reaper) puts them back, attempts refunded.
+                    if self.rt.stopping or self.lost or self.worker_id != owner:
+                        break
+                    if self.health.pause_due:
+                        # Do not sit on claims through a pause: others can run them meanwhile.
+                        for rest in items[index:]:
+                            await self._release(rest, delay=0.0)
+                        break
+                    if in_thread and items[index].releases == 0:
+                        count, took = await self._run_in_thread(items, index, name)
+                    else:
+                        if announced is None:
+                            took = await self._run_one(items[index], name)
+                        else:
+                            took = await self._run_one(items[index], name, announced)
+                        count = 1
+                    handler_seconds += took
+                    ran += count
+                    index += count
+                    if self._acks and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS:
+                        await self._flush_acks()
+            finally:
+                if self._acks:
+                    if (
+                        len(self._lanes) > 1
+                        and not self.rt.stopping
+                        and len(self._acks) < ACK_BATCH_MAX
+                        and time.monotonic() - self._oldest_ack < ACK_FLUSH_SECONDS
+                    ):
+                        # Other lanes are running: their completions share the call (within ACK_FLUSH_SECONDS).
+                        self._flush_later()
+                    else:
+                        # Shielded: a worker cancelled at the end of the grace period still sends what its
+                        # handlers finished, and settle_before_exit waits for it before deregistering.
+                        await asyncio.shield(self._start_flush())
+            if self._adaptive and ran:
+                # Judged by the handlers' own time per item, not the lane's: with many lanes the
+                # lane's wall time is the other lanes' too (and its completions' round trip), so
+                # fast handlers looked slow and each item kept a lane (a task) of its own.
+                if handler_seconds / ran >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
+                    self.claim_size = 1
+                elif len(items) == self.claim_size:
+                    self.claim_size = min(ADAPTIVE_MAX_CLAIM, self.claim_size * 2)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug in the runtime, not a handler's: the process stops, as it did
@@ -550,62 +642,6 @@ class Worker:
                 await self.rt.hive.workers.update_status(self.worker_id, status, detail)
             except WorkhiveError as exc:  # informational only; never stop work for it
                 log.debug("worker %s: status update failed: %s", self.worker_id, exc)
-
-    async def _run_batch(self, items: list[WorkItem], lane: str) -> None:
-        """Run a claimed batch in order in one lane (``lane``: how START events name it to the supervisor)."""
-        started = time.monotonic()
-        ran = 0
-        owner = self.worker_id  # re-registered under a new id: what is left of the batch was given back
-        # A plain-function handler with no keys to lease runs several items per trip to the
-        # thread pool (see _run_in_thread); every other case runs one item at a time.
-        # With --timeout (or an item's own timeout) each item runs on its own, so that the clock runs per item.
-        in_thread = (
-            not self.rt.handler.is_async
-            and not self.rt.keys.active
-            and self.rt.options.timeout is None
-            and all(item.timeout is None for item in items)
-        )
-        index = 0
-        try:
-            while index < len(items):
-                # On shutdown or after being reaped, unstarted items of the batch stay
-                # claimed: deregistration (or the reaper) puts them back, attempts refunded.
-                if self.rt.stopping or self.lost or self.worker_id != owner:
-                    break
-                if self.health.pause_due:
-                    # Do not sit on claims through a pause: others can run them meanwhile.
-                    for rest in items[index:]:
-                        await self._release(rest, delay=0.0)
-                    break
-                if in_thread and items[index].releases == 0:
-                    count = await self._run_in_thread(items, index, lane)
-                else:
-                    await self._run_one(items[index], lane)
-                    count = 1
-                ran += count
-                index += count
-                if self._acks and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS:
-                    await self._flush_acks()
-        finally:
-            if self._acks:
-                if (
-                    len(self._lanes) > 1
-                    and not self.rt.stopping
-                    and len(self._acks) < ACK_BATCH_MAX
-                    and time.monotonic() - self._oldest_ack < ACK_FLUSH_SECONDS
-                ):
-                    # Other lanes are running: their completions share the call (within ACK_FLUSH_SECONDS).
-                    self._flush_later()
-                else:
-                    # Shielded: a worker cancelled at the end of the grace period still sends what its
-                    # handlers finished, and settle_before_exit waits for it before deregistering.
-                    await asyncio.shield(self._start_flush())
-        if self._adaptive and ran:
-            fast = (time.monotonic() - started) / ran < FAST_HANDLER_SECONDS
-            if not fast or self.health.consecutive_failures:
-                self.claim_size = 1
-            elif len(items) == self.claim_size:
-                self.claim_size = min(ADAPTIVE_MAX_CLAIM, self.claim_size * 2)
 
     def _start_flush(self) -> asyncio.Future[None]:
         """Send the waiting completions now, as a task of its own that ``settle_before_exit`` waits for."""
@@ -711,62 +747,92 @@ class Worker:
         await self._fail(item, exc)
 
     # -- one item -----------------------------------------------------------
-    async def _run_one(self, item: WorkItem, lane: str) -> None:
+    async def _run_one(self, item: WorkItem, lane: str, announced: int | None = None) -> float:
+        """Run one claimed item: its key, its handler, its settlement. Returns the seconds its handler took.
+
+        One coroutine from the lane down to the handler when the handler is async and
+        has no clock to run (a waiting item holds every frame above it; see _lane).
+        ``announced``: the supervisor heard of this claim already (STARTS), when the
+        isolation gate had let this many items run alone.
+        """
+        rt = self.rt
         # An item that was running when its process died beside others runs alone here, so
         # that if it is the one that kills processes, the next death names it (see isolation).
-        async with self.rt.suspects.admit(self.rt.gate, item) as alone:
+        async with rt.suspects.admit(rt.gate, item) as alone:
             # Tell the supervisor which claim is running: if this process dies, only the
             # items running then are in question; the rest of the batch is refunded.
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
-            self.rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
-            with tracing.handling(self.rt.pool.name, item, self.worker_id):  # the item's trace goes on here
-                await self._run_claimed(item)
-
-    async def _run_claimed(self, item: WorkItem) -> None:
-        rt = self.rt
-        try:
-            key = await rt.keys.take(item)
-        except InvalidArgument as exc:
-            # The handler's token estimate is not a number, or can never fit the key's
-            # budget (BudgetUnsatisfiable): no retry can help this item.
-            log.warning("worker %s: item %s: %s", self.worker_id, item.id, exc)
-            await self._fail(item, exc, poison=True)
-            return
-        except NoCredentialAvailable as exc:
-            # Every key is cooling down or disabled: hand the item back unspent and let
-            # the process decide whether the fleet can go on at all.
-            log.warning("worker %s: no credential available: %s", self.worker_id, exc)
-            next_at = getattr(exc, "next_available_at", None)
-            delay = 1.0 if next_at is None else max(0.0, min(60.0, next_at - time.time()))
-            await self._release(item, delay=delay)
-            rt.no_credentials(exc)
-            return
-        async with key:  # gives the key back, and its budget the tokens reported, however the block ends
-            if rt.stopping and key.credential is not None:
-                # Stopped while waiting for budget: the call was never made; give the item back unspent.
-                await self._release(item, delay=0.0)
-                return
-            ctx = self._context(item, key.credential)
-            try:
-                started = time.perf_counter()
+            # An item announced in a STARTS event says so again only if an item ran alone since
+            # (it waited at the gate meanwhile): its START ends the supervisor's record of that one.
+            if announced is None or alone or announced != rt.gate.exclusive_runs:
+                rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
+            with tracing.handling(rt.pool.name, item, self.worker_id):  # the item's trace goes on here
                 try:
+                    key = await rt.keys.take(item)
+                except InvalidArgument as exc:
+                    # The handler's token estimate is not a number, or can never fit the key's
+                    # budget (BudgetUnsatisfiable): no retry can help this item.
+                    log.warning("worker %s: item %s: %s", self.worker_id, item.id, exc)
+                    await self._fail(item, exc, poison=True)
+                    return 0.0
+                except NoCredentialAvailable as exc:
+                    # Every key is cooling down or disabled: hand the item back unspent and let
+                    # the process decide whether the fleet can go on at all.
+                    log.warning("worker %s: no credential available: %s", self.worker_id, exc)
+                    next_at = getattr(exc, "next_available_at", None)
+                    delay = 1.0 if next_at is None else max(0.0, min(60.0, next_at - time.time()))
+                    await self._release(item, delay=delay)
+                    rt.no_credentials(exc)
+                    return 0.0
+                try:  # the key goes back (and its budget gets the tokens reported) however the block ends
+                    if rt.stopping and key.credential is not None:
+                        # Stopped while waiting for budget: the call was never made; give the item back unspent.
+                        await self._release(item, delay=0.0)
+                        return 0.0
+                    ctx = self._context(item, key.credential)
+                    started = time.perf_counter()
+                    took = 0.0
                     try:
-                        result = await self._call_handler(item, ctx)
+                        try:
+                            try:
+                                if rt.handler.is_async and item.timeout is None and rt.options.timeout is None:
+                                    # No clock to run: the handler runs in this lane's own task (no task
+                                    # and asyncio.wait of its own); cancel_running cancels the lane,
+                                    # which is inside the handler whenever the item is in ``running``.
+                                    running = self.running[item.id] = _Running(item, ctx)
+                                    running.task = asyncio.current_task()
+                                    try:
+                                        result = await rt.handler.function(ctx)
+                                    except asyncio.CancelledError:
+                                        if item.id not in self.cancelled or self._lanes_cancelled:
+                                            raise  # the process's grace ran out: the lane ends, the item goes back
+                                        _uncancel(running.task)
+                                        raise _CancelledByHive(f"item {item.id} was cancelled") from None
+                                    finally:
+                                        self.running.pop(item.id, None)
+                                        if ctx._progress is not None:
+                                            self.ended_contexts[item.id] = ctx
+                                else:
+                                    result = await self._call_handler(item, ctx)
+                            finally:
+                                took = time.perf_counter() - started
+                                if rt.metrics is not None:
+                                    rt.metrics.observe_handler(rt.pool.name, took)
+                        except Exception as exc:
+                            await self._settle(item, exc, None, key)
+                        except asyncio.CancelledError:
+                            raise
+                        except BaseException as exc:  # SystemExit, KeyboardInterrupt…: the handler ends its process
+                            await self._ended_process(item, exc)
+                        else:
+                            await self._settle(item, None, result, key)
                     finally:
-                        if rt.metrics is not None:
-                            rt.metrics.observe_handler(rt.pool.name, time.perf_counter() - started)
-                except Exception as exc:
-                    await self._settle(item, exc, None, key)
-                except asyncio.CancelledError:
-                    raise
-                except BaseException as exc:  # SystemExit, KeyboardInterrupt…: the handler ends its process
-                    await self._ended_process(item, exc)
-                else:
-                    await self._settle(item, None, result, key)
-            finally:
-                key.usage = ctx.usage
-                # After the settle: an item already running when its group's budget runs out finishes.
-                await rt.group_budgets.charge(item.group, ctx.usage)
+                        key.usage = ctx.usage
+                        # After the settle: an item already running when its group's budget runs out finishes.
+                        await rt.group_budgets.charge(item.group, ctx.usage)
+                    return took
+                finally:
+                    await rt.keys.give_back(key)
 
     async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
         """Run the handler for ``item``, where ``cancel_running`` can reach it.
@@ -782,18 +848,7 @@ class Worker:
         try:
             if not rt.handler.is_async and timeout is None:
                 return await rt.handler(ctx, rt.executor)
-            if timeout is None:
-                # Without a clock to run, an async handler runs in its lane's own task: a waiting item
-                # costs its frames, not a task and a wait of its own. cancel_running cancels the lane,
-                # which is inside the handler whenever the item is in ``running``.
-                running.task = asyncio.current_task()
-                try:
-                    return await rt.handler.function(ctx)
-                except asyncio.CancelledError:
-                    if item.id not in self.cancelled or self._lanes_cancelled:
-                        raise  # the process's grace ran out: the lane ends, the item goes back unspent
-                    _uncancel(running.task)
-                    raise _CancelledByHive(f"item {item.id} was cancelled") from None
+            # (An async handler without a clock runs in _run_one itself.)
             task = asyncio.ensure_future(_outcome(rt.handler(ctx, rt.executor)))
             if rt.handler.is_async:
                 running.task = task  # a sync handler's thread cannot be cancelled: it sees ctx.cancelled
@@ -971,7 +1026,7 @@ class Worker:
                 self._oldest_ack = time.monotonic()
             self._acks.append((item, result))
 
-    async def _run_in_thread(self, items: list[WorkItem], start: int, lane: str) -> int:
+    async def _run_in_thread(self, items: list[WorkItem], start: int, lane: str) -> tuple[int, float]:
         """Run ``items[start]`` and, while they are quick, the items after it, in one trip to the thread pool.
 
         For a plain-function handler each item used to cost two thread hand-offs (there
@@ -980,7 +1035,7 @@ class Worker:
         does, and stops after ACK_FLUSH_SECONDS, at the first exception, at an item that
         must be looked at first (a released one may be a crash suspect, to run alone),
         or when the process stops or an item waits to run alone. The loop then settles
-        each outcome in order. Returns how many items ran.
+        each outcome in order. Returns how many items ran, and the seconds their calls took.
         """
         rt = self.rt
         loop = self._loop = asyncio.get_running_loop()
@@ -1006,7 +1061,7 @@ class Worker:
             await self._settle(item, exc, result)  # type: ignore[arg-type]
         for item, *_ in ran:  # after the settles: items already running when a budget runs out finish
             await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
-        return len(ran)
+        return len(ran), sum(elapsed for *_, elapsed in ran)
 
     async def _ended_process(self, item: WorkItem, exc: BaseException) -> None:
         """The handler raised what ends a process (``SystemExit``, ``KeyboardInterrupt``…) running ``item``.
