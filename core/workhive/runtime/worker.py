@@ -59,7 +59,11 @@ log = logging.getLogger("workhive.runtime.worker")
 
 #: with the default ``batch=1`` a worker whose handler is fast claims more per call,
 #: doubling up to ADAPTIVE_MAX_CLAIM while handlers average under FAST_HANDLER_SECONDS,
-#: and drops back to one item as soon as they do not (slow calls keep one claim at a time)
+#: and drops back to one item as soon as they do not (slow calls keep one claim at a time).
+#: What is averaged is the time the lane's items ran (the handler, and a key's budget wait),
+#: not the batch's wall time: on a loaded machine the hand-offs between them (thread pool,
+#: event loop, acks) wait for a CPU, and counting that kept a no-op handler's claims at one
+#: or two items, which made the load worse (bench/redis at load 20: about 3 items a claim)
 ADAPTIVE_MAX_CLAIM = 128
 FAST_HANDLER_SECONDS = 0.002
 
@@ -182,6 +186,8 @@ class Worker:
         self.ended_contexts: dict[str, HandlerContext] = {}
         # Tokens the handlers of a thread trip reported (ctx.report_usage), by item id, for their groups' budgets.
         self.thread_usage: dict[str, float] = {}
+        # Seconds the items of each running lane spent running (see ADAPTIVE_MAX_CLAIM), by lane name.
+        self._lane_seconds: dict[str, float] = {}
 
     @property
     def lanes_busy(self) -> int:
@@ -553,7 +559,7 @@ class Worker:
 
     async def _run_batch(self, items: list[WorkItem], lane: str) -> None:
         """Run a claimed batch in order in one lane (``lane``: how START events name it to the supervisor)."""
-        started = time.monotonic()
+        self._lane_seconds[lane] = 0.0
         ran = 0
         owner = self.worker_id  # re-registered under a new id: what is left of the batch was given back
         # A plain-function handler with no keys to lease runs several items per trip to the
@@ -600,8 +606,9 @@ class Worker:
                     # Shielded: a worker cancelled at the end of the grace period still sends what its
                     # handlers finished, and settle_before_exit waits for it before deregistering.
                     await asyncio.shield(self._start_flush())
+        spent = self._lane_seconds.pop(lane, 0.0)
         if self._adaptive and ran:
-            fast = (time.monotonic() - started) / ran < FAST_HANDLER_SECONDS
+            fast = spent / ran < FAST_HANDLER_SECONDS
             if not fast or self.health.consecutive_failures:
                 self.claim_size = 1
             elif len(items) == self.claim_size:
@@ -720,7 +727,12 @@ class Worker:
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
             self.rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
             with tracing.handling(self.rt.pool.name, item, self.worker_id):  # the item's trace goes on here
-                await self._run_claimed(item)
+                started = time.monotonic()
+                try:
+                    await self._run_claimed(item)
+                finally:
+                    if lane in self._lane_seconds:
+                        self._lane_seconds[lane] += time.monotonic() - started
 
     async def _run_claimed(self, item: WorkItem) -> None:
         rt = self.rt
@@ -988,6 +1000,8 @@ class Worker:
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
                 rt.executor, self._call_in_thread, items, start, lane
             )
+        if lane in self._lane_seconds:
+            self._lane_seconds[lane] += sum(elapsed for *_, elapsed in ran)
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
                 rt.metrics.observe_handler(rt.pool.name, elapsed)
