@@ -33,7 +33,7 @@ def handlers(monkeypatch: pytest.MonkeyPatch) -> Any:
     thread_handlers.during = None
 
 
-def run(data: list[dict[str, Any]], handler: str = "thread_handlers:record", **options: Any) -> Any:
+def run(data: list[dict[str, Any]], handler: str = "thread_handlers:record", batch: int = 10, **options: Any) -> Any:
     """Push ``data``, run one worker (batch 10) until the pool is empty; return (events, items by n, exit).
 
     ``exit`` is the runtime's exit code, or a ``SystemExit`` that escaped into the event loop.
@@ -46,7 +46,7 @@ def run(data: list[dict[str, Any]], handler: str = "thread_handlers:record", **o
         pool = hive.pool("jobs")
         kept["ids"] = await pool.push_many(data)
         kept["sink"] = sink = ListSink()
-        opts = FleetOptions(pool="jobs", handler=handler, concurrency=1, batch=10, lease=60.0, **options)
+        opts = FleetOptions(pool="jobs", handler=handler, concurrency=1, batch=batch, lease=60.0, **options)
         kept["runtime"] = runtime = ProcessRuntime(opts, hive=hive, sink=sink)
         return await asyncio.wait_for(runtime.run(stop_when_empty=True), 60)
 
@@ -184,3 +184,39 @@ def test_an_item_given_back_before_goes_the_one_at_a_time_way(handlers: Any) -> 
     assert all(item.state is ItemState.DONE for item in stored)
     assert set(seen) == set(given_back)  # each released item went one at a time
     assert not set(seen) & set(fresh)  # the fresh ones went in trips
+
+
+def test_claims_grow_by_the_time_items_ran_not_by_a_slow_trip_to_the_thread(
+    handlers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quick handler on a loaded machine: the trip back from the thread pool waits, the handler does not.
+
+    Each trip reports its items as having taken no time, then sleeps 10 ms before it returns
+    (a hand-off waiting for a CPU, well over FAST_HANDLER_SECONDS per item). The adaptive claim
+    (batch 1) still doubles: it judges the handler, so a busy machine does not shrink claims
+    to one item each, a round trip per item.
+    """
+    import time
+
+    from workhive.pool import Pool
+    from workhive.runtime import worker as worker_module
+
+    original = worker_module.Worker._call_in_thread
+
+    def slow_trip(self: Any, items: Any, start: int, lane: str) -> Any:
+        ran = [(item, result, exc, 0.0) for item, result, exc, _ in original(self, items, start, lane)]
+        time.sleep(0.01)
+        return ran
+
+    asked: list[int] = []
+    claim_many = Pool.claim_many
+
+    async def record(self: Pool, limit: int, *args: Any, **kwargs: Any) -> Any:
+        asked.append(limit)
+        return await claim_many(self, limit, *args, **kwargs)
+
+    monkeypatch.setattr(worker_module.Worker, "_call_in_thread", slow_trip)
+    monkeypatch.setattr(Pool, "claim_many", record)
+    _, stored, code = run([{"n": n} for n in range(40)], batch=1)
+    assert code == 0 and all(item.state is ItemState.DONE for item in stored.values())
+    assert asked[:4] == [1, 2, 4, 8], asked

@@ -15,8 +15,4 @@
 --- @include "fenced"
 local base = pool_base(KEYS[1])
 local now = now(ARGV[1])
-local out = {}
-for i = 2, #ARGV, 3 do
-  out[#out + 1] = complete(base, ARGV[i], ARGV[i + 1], ARGV[i + 2], now)
-end
-return out
+return complete_all(base, ARGV, 2, now)

@@ -3,112 +3,222 @@
 
   Settles first (delayed items, expired leases, ended pauses), then takes
   items one turn at a time. Each gets state CLAIMED, its holder,
-  attempts + 1, a fencing token from the pool's INCR counter (so tokens
-  rise across every claim of the pool, and always above any token the item
+  attempts + 1, a fencing token from the pool's counter (so tokens rise
+  across every claim of the pool, and always above any token the item
   had), and a lease ending at now + lease on the server's clock.
 
   Fast path: with no group in the turn index and no pool limit (one EXISTS),
   every ready item is ungrouped and the best `limit` come off 'ready' at once,
-  as before groups existed. Otherwise each item is one turn (next_turn), a
+  as before groups existed. Otherwise each item is one turn (turns), a
   batch of n acting as n successive claims, within the pool limit.
+
+  What it costs the server is mostly the number of redis.call()s, so a batch
+  keeps in Lua what only this script changes while it runs and writes it
+  once: the pool's virtual times (gpool), each served group's settings, vt
+  and claims in flight (read once per batch, vt written back at the end), the
+  token counter (GET once, SET once), and the indexes every taken item joins
+  or leaves (ready, gready, leases, held:<worker>, gl:<group>). A served
+  group whose next item has the same priority keeps its place in the index
+  (one ZADD re-scores it); only a group whose level changes, that empties,
+  pauses or fills goes through group_unindex / group_sync. The turns taken
+  are exactly those of n single claims.
 
   Returns a flat array: the lease expiry, then per item
   id, payload, priority, attempts, max_attempts, token, created_at,
   available_at, dedup_key, error, releases, group.
 ]]
 
--- Claim one item already taken off its ready set; append it to `out`.
-local function take(base, id, group, worker, expires, lease_text, out)
-  local item = base .. 'i:' .. id
-  local token = redis.call('INCR', base .. 'tokens')
-  local attempts = redis.call('HINCRBY', item, 'at', 1)
-  redis.call('HSET', item, 'st', 'claimed', 'cb', worker, 'tk', token, 'ls', lease_text, 'le', expires)
-  redis.call('ZADD', base .. 'leases', expires, id)
-  redis.call('SADD', base .. 'held:' .. worker, id)
-  if group then
-    redis.call('ZADD', base .. 'gl:' .. group, expires, id)
+-- Claim the items taken off their ready sets (ids[i], of group groups[i]; false: ungrouped),
+-- appending each to `out`: one HMGET and one HSET per item, each index written once.
+local function take(base, ids, groups, worker, expires, lease_text, out)
+  local n = #ids
+  if n == 0 then
+    return
   end
-  local f = redis.call('HMGET', item, 'p', 'pr', 'ma', 'ca', 'aa', 'dk', 'er', 'rl')
-  local n = #out
-  out[n + 1] = id
-  out[n + 2] = f[1]
-  out[n + 3] = f[2]
-  out[n + 4] = attempts
-  out[n + 5] = f[3]
-  out[n + 6] = token
-  out[n + 7] = f[4]
-  out[n + 8] = f[5]
-  out[n + 9] = f[6]
-  out[n + 10] = f[7]
-  out[n + 11] = f[8]
-  out[n + 12] = group
-end
-
--- Serve a turn: vt becomes max(vt, pool vt) + 1/weight; the pool's vt follows the served one.
-local function advance(base, vt, weight)
-  local pool_vt = tonumber(redis.call('HGET', base .. 'gpool', 'vt') or '0')
-  if vt > pool_vt then
-    redis.call('HSET', base .. 'gpool', 'vt', string.format('%.17g', vt))
+  local first = tonumber(redis.call('GET', base .. 'tokens') or '0')
+  local of_group = {}
+  for i = 1, n do
+    local id, group = ids[i], groups[i]
+    local item = base .. 'i:' .. id
+    local f = redis.call('HMGET', item, 'p', 'pr', 'ma', 'ca', 'aa', 'dk', 'er', 'rl', 'at')
+    local token, attempts = first + i, tonumber(f[9]) + 1
+    redis.call('HSET', item, 'st', 'claimed', 'cb', worker, 'tk', token, 'at', attempts,
+      'ls', lease_text, 'le', expires)
+    if group then
+      local list = of_group[group]
+      if not list then
+        list = {}
+        of_group[group] = list
+      end
+      list[#list + 1] = id
+    end
+    local o = #out
+    out[o + 1] = id
+    out[o + 2] = f[1]
+    out[o + 3] = f[2]
+    out[o + 4] = attempts
+    out[o + 5] = f[3]
+    out[o + 6] = token
+    out[o + 7] = f[4]
+    out[o + 8] = f[5]
+    out[o + 9] = f[6]
+    out[o + 10] = f[7]
+    out[o + 11] = f[8]
+    out[o + 12] = group
   end
-  return string.format('%.17g', math.max(vt, pool_vt) + 1 / weight)
+  redis.call('SET', base .. 'tokens', first + n)
+  zadd_each(base .. 'leases', expires, ids)
+  call_each('SADD', base .. 'held:' .. worker, ids)
+  for group, list in pairs(of_group) do
+    zadd_each(base .. 'gl:' .. group, expires, list)
+  end
 end
 
 --[[
-  next_turn(base, now): the next item by turns, taken off its ready set, and its
-  group (false: ungrouped), or nil. The best priority first (GR5): the head of
-  'ready' against the top level of the index; at equal priority the smaller vt
-  (the ungrouped items' vt is gpool's uvt; ties go to them, sorting first).
-  A paused group or one at its limit is parked (out of the index) and the turn
-  passes on; each pass parks a group, so this ends.
+  turns(base, now, room, ids, groups): take up to `room` items by turns off
+  their ready sets, appending their ids and groups (false: ungrouped) to
+  ids/groups. Each turn: the best priority first (GR5), the head of 'ready'
+  against the top level of the index; at equal priority the smaller vt (the
+  ungrouped items' vt is gpool's uvt; ties go to them, sorting first). A
+  served turn moves the served vt to max(vt, pool vt) + 1/weight and the
+  pool's vt to max(pool vt, vt). A paused group or one at its limit is parked
+  (out of the index) and the turn passes on; each pass parks or serves, so
+  this ends.
 ]]
+local function turns(base, now, room, ids, groups)
+  local gp = redis.call('HMGET', base .. 'gpool', 'uvt', 'vt', 'dl')
+  local uvt, pool_vt = tonumber(gp[1] or '0'), tonumber(gp[2] or '0')
+  local uvt_moved, pool_vt_moved = false, false
+  local default_limit = gp[3] and tonumber(gp[3])
+  local from_ready = {} -- members taken off 'ready' (removed at the end)
+  local from_groups = {} -- members taken off the groups' sets (removed from gready at the end)
+  local plain = nil -- the head of 'ready' not taken yet (false: none); nil: to read
+  local top = nil -- the index's top level (false: none); nil: to read (gqp may have changed)
+  local known = {} -- group -> its settings, vt and claims in flight, read once per batch
 
-local function next_turn(base, now)
-  while true do
-    local plain = redis.call('ZRANGE', base .. 'ready', 0, 0, 'WITHSCORES')
-    local top = redis.call('ZRANGE', base .. 'gqp', 0, 0, 'WITHSCORES')
+  local function advance(vt, weight)
+    if vt > pool_vt then
+      pool_vt = vt
+      pool_vt_moved = true
+    end
+    return pool_vt + 1 / weight
+  end
+
+  -- Write a served group's vt to its hash before groups.lua reads it (group_sync) or parks it.
+  local function flush(group, g)
+    if g.moved then
+      redis.call('HSET', base .. 'g:' .. group, 'vt', num(g.vt))
+      g.moved = false
+    end
+  end
+
+  -- One turn: the member taken and its group (false: ungrouped); nil: nothing left; 'again': a
+  -- group was parked or healed out of the index, look again.
+  local function one()
+    if plain == nil then
+      local head = redis.call('ZRANGE', base .. 'ready', #from_ready, #from_ready, 'WITHSCORES')
+      plain = #head > 0 and head
+    end
+    if top == nil then
+      local level = redis.call('ZRANGE', base .. 'gqp', 0, 0, 'WITHSCORES')
+      top = #level > 0 and level
+    end
     local turn = false
-    if #top > 0 then
+    if top then
       turn = redis.call('ZRANGE', base .. 'gq:' .. top[1], 0, 0, 'WITHSCORES')
       if #turn == 0 then -- never left so by group_sync; heal rather than stop claiming
         redis.call('ZREM', base .. 'gqp', top[1])
-        return next_turn(base, now)
+        top = nil
+        return 'again'
       end
-    end
-    if #plain > 0 and turn then
-      local sp, tp = tonumber(plain[2]), tonumber(top[2])
-      if sp < tp or (sp == tp and tonumber(redis.call('HGET', base .. 'gpool', 'uvt') or '0') <= tonumber(turn[2])) then
-        turn = false
+      if plain then
+        local sp, tp = tonumber(plain[2]), tonumber(top[2])
+        if sp < tp or (sp == tp and uvt <= tonumber(turn[2])) then
+          turn = false
+        end
       end
     end
     if not turn then
-      if #plain == 0 then
+      if not plain then
         return nil
       end
-      local uvt = tonumber(redis.call('HGET', base .. 'gpool', 'uvt') or '0')
-      redis.call('HSET', base .. 'gpool', 'uvt', advance(base, uvt, 1))
-      redis.call('ZREM', base .. 'ready', plain[1])
-      return plain[1], false
+      uvt = advance(uvt, 1)
+      uvt_moved = true
+      local member = plain[1]
+      from_ready[#from_ready + 1] = member
+      plain = nil
+      return member, false
     end
     local group = turn[1]
-    local state = base .. 'g:' .. group
-    local f = redis.call('HMGET', state, 'pu', 'l', 'w', 'vt')
-    local limit = group_limit(base, f[2])
-    if f[1] and tonumber(f[1]) > now then
-      group_park(base, group, 'p', f[1])
-    elseif limit and redis.call('ZCOUNT', base .. 'gl:' .. group, '(' .. string.format('%.17g', now), '+inf') >= limit then
-      group_park(base, group, 'l')
-    else
-      local head = redis.call('ZRANGE', base .. 'gr:' .. group, 0, 0)
-      group_unindex(base, group)
-      if #head > 0 then
-        redis.call('ZREM', base .. 'gr:' .. group, head[1])
-        redis.call('ZREM', base .. 'gready', head[1])
-        redis.call('HSET', state, 'vt', advance(base, tonumber(f[4] or '0'), tonumber(f[3] or '1')))
-        group_sync(base, group)
-        return head[1], group
+    local g = known[group]
+    if not g then
+      local f = redis.call('HMGET', base .. 'g:' .. group, 'pu', 'l', 'w', 'vt')
+      g = { pause = f[1], limit = f[2] and tonumber(f[2]) or default_limit, weight = tonumber(f[3] or '1'),
+            vt = tonumber(f[4] or '0'), moved = false, live = nil }
+      if g.limit then
+        g.live = redis.call('ZCOUNT', base .. 'gl:' .. group, '(' .. num(now), '+inf')
       end
-      group_sync(base, group)
+      known[group] = g
     end
+    if g.pause and tonumber(g.pause) > now then
+      flush(group, g)
+      group_park(base, group, 'p', g.pause)
+      top = nil
+      return 'again'
+    end
+    if g.limit and g.live >= g.limit then
+      flush(group, g)
+      group_park(base, group, 'l')
+      top = nil
+      return 'again'
+    end
+    local head = redis.call('ZRANGE', base .. 'gr:' .. group, 0, 1, 'WITHSCORES')
+    if #head == 0 then
+      flush(group, g)
+      group_unindex(base, group)
+      group_sync(base, group)
+      top = nil
+      return 'again'
+    end
+    redis.call('ZREM', base .. 'gr:' .. group, head[1])
+    from_groups[#from_groups + 1] = head[1]
+    g.vt = advance(g.vt, g.weight)
+    g.moved = true
+    if g.live then
+      g.live = g.live + 1
+    end
+    if #head > 2 and head[4] == head[2] then
+      -- Its next item has the same priority: it stays at this level, re-scored by its new vt.
+      redis.call('ZADD', base .. 'gq:' .. top[1], num(g.vt), group)
+    else
+      flush(group, g)
+      group_unindex(base, group)
+      group_sync(base, group)
+      top = nil
+    end
+    return head[1], group
+  end
+
+  while #ids < room do
+    local member, group = one()
+    if member == nil then
+      break
+    end
+    if member ~= 'again' then
+      ids[#ids + 1] = string.sub(member, 15)
+      groups[#groups + 1] = group
+    end
+  end
+  call_each('ZREM', base .. 'ready', from_ready)
+  call_each('ZREM', base .. 'gready', from_groups)
+  for group, g in pairs(known) do
+    flush(group, g)
+  end
+  if uvt_moved then
+    redis.call('HSET', base .. 'gpool', 'uvt', num(uvt))
+  end
+  if pool_vt_moved then
+    redis.call('HSET', base .. 'gpool', 'vt', num(pool_vt))
   end
 end
 
@@ -118,11 +228,13 @@ local function claim(base, worker, limit, lease, now)
   local expires = num(now + lease)
   local lease_text = num(lease)
   out[1] = expires
+  local ids, groups = {}, {}
   if redis.call('EXISTS', base .. 'gqp', base .. 'gpl') == 0 then
     local members = redis.call('ZRANGE', base .. 'ready', 0, limit - 1)
-    for _, member in ipairs(members) do
-      redis.call('ZREM', base .. 'ready', member)
-      take(base, string.sub(member, 15), false, worker, expires, lease_text, out)
+    call_each('ZREM', base .. 'ready', members)
+    for i, member in ipairs(members) do
+      ids[i] = string.sub(member, 15)
+      groups[i] = false
     end
   else
     local room = limit
@@ -131,14 +243,11 @@ local function claim(base, worker, limit, lease, now)
       local live = redis.call('ZCOUNT', base .. 'leases', '(' .. num(now), '+inf')
       room = math.min(limit, tonumber(pool_limit) - live)
     end
-    for _ = 1, room do
-      local member, group = next_turn(base, now)
-      if not member then
-        break
-      end
-      take(base, string.sub(member, 15), group, worker, expires, lease_text, out)
+    if room > 0 then
+      turns(base, now, room, ids, groups)
     end
   end
+  take(base, ids, groups, worker, expires, lease_text, out)
   if #out == 1 then
     return {}
   end

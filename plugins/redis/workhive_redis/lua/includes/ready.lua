@@ -19,8 +19,31 @@
   includes/groups.lua; group false: ungrouped), else the delayed set
   (score = available_at), which settle() drains as time passes.
   Returns true when it became ready (worth a wake-up).
+
+  call_each(cmd, key, members) and zadd_each(key, score, members): one
+  command for many members (ZREM, SREM, SADD; ZADD with one score), in
+  chunks, so that a batch claim or completion writes each index once per
+  call instead of once per item (each redis.call costs the server about as
+  much as the work it does), within Lua's limit on unpack's stack.
 ]]
 --- @include "groups"
+local function call_each(cmd, key, members)
+  for i = 1, #members, 1000 do
+    redis.call(cmd, key, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
+
+local function zadd_each(key, score, members)
+  for i = 1, #members, 500 do
+    local args = {}
+    for j = i, math.min(i + 499, #members) do
+      args[#args + 1] = score
+      args[#args + 1] = members[j]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
 local function pool_base(ready_key)
   return string.sub(ready_key, 1, -#'ready' - 1) -- strip the trailing 'ready'
 end
