@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import workhive
-from workhive.models import ItemState
+from workhive.models import ItemState, WorkerFilter, WorkerStatus
 from workhive.testing.environment import workhive_free_env
 from workhive.testing.services import isolated_store
 
@@ -38,6 +38,13 @@ async def _read(url: str) -> tuple[int, float | None, float]:
         schedule = await hive.schedules().get("tick")
         stats = await hive.pool("ticks").stats()
         return stats.total, schedule.last_tick, schedule.created_at
+
+
+async def _registered(url: str) -> int:
+    """Workers registered and not stopped (one per supervisor here: --processes 1)."""
+    async with workhive.open(url, create=False) as hive:
+        records = await hive.storage.list_workers(WorkerFilter())
+        return sum(1 for r in records if r.status != WorkerStatus.STOPPED)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
@@ -62,12 +69,18 @@ def test_three_supervisors_fire_every_tick_once(tmp_path: Path, url: str) -> Non
     try:
         deadline = time.monotonic() + PATIENCE
         total = 0
-        while time.monotonic() < deadline and total < 5:
+        workers = 0
+        # Every supervisor up (its worker registered, so its SIGTERM handler is in place: the
+        # supervisor sets it before it starts a worker) and five ticks pushed. A SIGTERM sent to a
+        # supervisor still importing would kill it (exit -15) instead of stopping it.
+        while time.monotonic() < deadline and (total < 5 or workers < len(procs)):
             for proc in procs:
                 assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             total, _, _ = asyncio.run(_read(url))
+            workers = asyncio.run(_registered(url))
             time.sleep(0.2)
         assert total >= 5, f"the supervisors pushed {total} ticks"
+        assert workers == len(procs), f"{workers} of {len(procs)} supervisors' workers registered"
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
