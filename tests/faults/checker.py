@@ -15,7 +15,7 @@ JSON-escaped copies count) in texts and files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +99,31 @@ def _forms(text: str) -> str | None:
     return None
 
 
-def canary_leaks(texts: Iterable[tuple[str, str]], files: Iterable[Path] = ()) -> list[str]:
-    """``[canary] ...`` lines for each (where, text) and each file that holds the key in any form."""
+def canary_leaks(
+    texts: Iterable[tuple[str, str]], files: Callable[[], Iterable[Path]] = lambda: ()
+) -> list[str]:
+    """``[canary] ...`` lines for each (where, text) and each file that holds the key in any form.
+
+    ``files`` lists the store's files. A file may go between the listing and its read (SQLite
+    deletes its WAL when the last connection closes, after copying it into the database file,
+    which may already have been read): then the files are listed and read again, whole, until
+    one pass reads every file it listed.
+    """
     leaks: list[str] = []
     for where, text in texts:
         form = _forms(text)
         if form is not None:
             at = text.find(CANARY_MARKER)
             leaks.append(f"[canary] {form} in {where}: …{text[max(0, at - 80) : at + 40]!r}…")
-    for path in files:
-        raw = path.read_bytes()
+    for _ in range(20):
+        try:
+            contents = [(path, path.read_bytes()) for path in files()]
+        except FileNotFoundError:
+            continue
+        break
+    else:
+        return [*leaks, "[canary] the store's files kept changing while they were read: not checked"]
+    for path, raw in contents:
         if CANARY_MARKER.encode() in raw:
             leaks.append(f"[canary] the key is stored in {path.name} ({path})")
     return leaks

@@ -384,7 +384,7 @@ class Drill:
             stored, texts = {}, []
         else:
             self.problems += checker.check_items(self.pushed, stored)
-        self.problems += checker.canary_leaks([*self.outputs, *texts], self.target.stored_files())
+        self.problems += checker.canary_leaks([*self.outputs, *texts], self.target.stored_files)
 
     def failure(self) -> str | None:
         """The test's failure message (every problem, one a line), or None when all is well."""
