@@ -229,12 +229,16 @@ class Operations:
         self.conn.execute("BEGIN IMMEDIATE")
 
     def _transaction(self, body: Callable[..., T], *args: Any) -> T:
+        return self._in_transaction("BEGIN IMMEDIATE", body, *args)
+
+    def _in_transaction(self, begin: str, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body`` in a transaction opened by ``begin``, committed if it returns, else rolled back."""
         conn = self.conn
         if conn.in_transaction:
             # Part of a larger operation that already holds the write lock
             # (complete_and_claim): its transaction makes this all-or-nothing.
             return body(*args)
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(begin)
         try:
             result = body(*args)
             conn.execute("COMMIT")
@@ -253,18 +257,7 @@ class Operations:
         caller. So when it succeeds, nothing moved between the reads and the writes, as
         under ``BEGIN IMMEDIATE``, while the lock was held only for the writes.
         """
-        conn = self.conn
-        if conn.in_transaction:
-            return body(*args)
-        conn.execute("BEGIN")
-        try:
-            result = body(*args)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
+        return self._in_transaction("BEGIN", body, *args)
 
     def _read(self, body: Callable[..., T], *args: Any) -> T:
         """Run ``body``'s reads on one snapshot (a deferred transaction never takes the write lock)."""
