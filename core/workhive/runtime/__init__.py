@@ -4,12 +4,19 @@
 >>> report = run_fleet(FleetOptions(pool="jobs", handler="myjobs:handle", until_empty=True))  # doctest: +SKIP
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from workhive.runtime.context import HandlerContext
-from workhive.runtime.fleet import check_options, run_fleet
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
-from workhive.runtime.progress import FleetProgress, format_line, renderer_for
+
+if TYPE_CHECKING:
+    from workhive.runtime.fleet import check_options, run_fleet
+    from workhive.runtime.progress import FleetProgress, format_line, renderer_for
 
 __all__ = [
     "ExitCode",
@@ -25,3 +32,27 @@ __all__ = [
     "renderer_for",
     "run_fleet",
 ]
+
+#: Names imported on first use. A worker process is ``python -m workhive.runtime``, which
+#: imports this package first: it never runs a fleet, and the supervisor, the fleet and the
+#: progress display were a good part of its start-up (imported, and their classes built).
+_LAZY = {
+    "check_options": "workhive.runtime.fleet",
+    "run_fleet": "workhive.runtime.fleet",
+    "FleetProgress": "workhive.runtime.progress",
+    "format_line": "workhive.runtime.progress",
+    "renderer_for": "workhive.runtime.progress",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

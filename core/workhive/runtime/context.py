@@ -76,10 +76,8 @@ class HandlerContext:
         #: tokens the handler reported with ``report_usage`` (None: none reported)
         self.usage: float | None = None
         # The worker's loop, where a sync handler's thread sends its step reads and writes.
-        if loop is None:
-            with contextlib.suppress(RuntimeError):
-                loop = asyncio.get_running_loop()
-        self._loop = loop
+        # (asyncio._get_running_loop: None outside a loop, where get_running_loop raises; built per item.)
+        self._loop = loop if loop is not None else asyncio._get_running_loop()
         self._steps: StepJournal | None = None
         # Set from the worker's event loop when the item is cancelled (Pool.cancel) or times out. The
         # threading.Event a sync handler can wait on (wait_cancelled) is made only when one does: a

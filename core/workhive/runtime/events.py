@@ -53,6 +53,10 @@ class EventSink(Protocol):
     def __call__(self, *event: Any) -> None: ...
 
 
+#: one encoder for every event: ``json.dumps`` with separators builds a new encoder per call, per item here
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
 class PipeSink:
     """Writes events as JSON lines to a pipe's write end (a child's side)."""
 
@@ -61,7 +65,7 @@ class PipeSink:
 
     def __call__(self, *event: Any) -> None:
         event = scrub_data(event)  # reasons and messages may quote an API body that echoes a key
-        line = json.dumps(event, separators=(",", ":"), default=str)
+        line = _ENCODE(event)
         if len(line) > 3000:  # stay under PIPE_BUF so the write is atomic
             line = json.dumps([*event[:2], str(event[2:])[:2000]], separators=(",", ":"))
         try:

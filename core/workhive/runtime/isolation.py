@@ -156,8 +156,12 @@ class _Shared:
         return False  # not alone
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self._gate.running -= 1
-        self._gate._notify()
+        gate = self._gate
+        gate.running -= 1
+        if gate._waiting_exclusive:
+            # Only an item waiting to run alone waits on the running count (shared entrants wait
+            # for the exclusive side, which notifies as it ends): no new Event per item otherwise.
+            gate._notify()
 
 
 class _Admission:

@@ -59,8 +59,13 @@ log = logging.getLogger("workhive.runtime.worker")
 
 #: with the default ``batch=1`` a worker whose handler is fast claims more per call,
 #: doubling up to ADAPTIVE_MAX_CLAIM while handlers average under FAST_HANDLER_SECONDS,
-#: and drops back to one item as soon as they do not (slow calls keep one claim at a time)
+#: and drops back to one item as soon as they do not (slow calls keep one claim at a time).
+#: A process's lanes together hold at most ADAPTIVE_MAX_HELD items claimed that way (each
+#: lane's batch is at most ADAPTIVE_MAX_HELD // concurrency): with a batch of 128 a lane, 128
+#: lanes held 16,384 items that the fleet's other processes could not claim, and a fleet of
+#: more lanes drained slower than one of fewer.
 ADAPTIVE_MAX_CLAIM = 128
+ADAPTIVE_MAX_HELD = 1024
 FAST_HANDLER_SECONDS = 0.002
 
 #: storage calls failing this many times with no item finished in between (claims pausing,
@@ -164,6 +169,7 @@ class Worker:
         self._acks: list[tuple[WorkItem, Any]] = []
         self._adaptive = runtime.options.batch == 1
         self.claim_size = runtime.options.batch
+        self._max_lane_batch = max(1, min(ADAPTIVE_MAX_CLAIM, ADAPTIVE_MAX_HELD // self.capacity))
         self._oldest_ack = 0.0
         # The registry's status is informational, so it is written beside the work, not before it:
         # an item picked up after an idle spell starts without waiting for the BUSY round trip.
@@ -377,10 +383,14 @@ class Worker:
             if self.lost:
                 # Lanes still running claims of the old id finish; their settlements are refused (reaped).
                 await self.reregister()
-            if self._claim_unknown and self._lanes:
+            if self._claim_unknown and (self._lanes or self._flushes):
                 # Giving back what the unknown claim took gives back all this worker holds:
-                # the lanes running now finish first (see _give_back_unknown).
-                await self._wait_for_lane(None)
+                # the lanes running now finish first, and the completions on their way are
+                # answered (see _give_back_unknown).
+                if self._lanes:
+                    await self._wait_for_lane(None)
+                else:
+                    await asyncio.wait(set(self._flushes))
                 continue
             if (self.unsettled and not await self._resettle()) or (
                 self._claim_unknown and not await self._give_back_unknown()
@@ -437,6 +447,10 @@ class Worker:
                 self.storage_faults = 0  # storage answered and there is nothing to do: no fault
                 if not idle:
                     idle = True
+                    if self._flushes:
+                        # Completions still on their way hold their items claimed: the supervisor's
+                        # read on the hint below would find the pool not yet drained.
+                        await asyncio.wait(set(self._flushes))
                     # Before the status write: the supervisor of an --until-empty run reads the
                     # pool's counts on this hint instead of at its next periodic read.
                     rt.emit(ev.RAN_DRY, self.worker_id)
@@ -509,6 +523,7 @@ class Worker:
         when the isolation gate had let this many items run alone.
         """
         name = f"{self.worker_id}#{lane}"
+        me = asyncio.current_task()  # once per lane, not per item (a Python function before 3.12)
         handler_seconds = 0.0  # what the handlers took (their own calls, not the lane's waits)
         ran = 0
         owner = self.worker_id  # re-registered under a new id: what is left of the batch was given back
@@ -537,16 +552,13 @@ class Worker:
                     if in_thread and items[index].releases == 0:
                         count, took = await self._run_in_thread(items, index, name)
                     else:
-                        if announced is None:
-                            took = await self._run_one(items[index], name)
-                        else:
-                            took = await self._run_one(items[index], name, announced)
+                        took = await self._run_one(items[index], name, announced, me)
                         count = 1
                     handler_seconds += took
                     ran += count
                     index += count
                     if self._acks and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS:
-                        await self._flush_acks()
+                        self._start_flush()  # on their way while the batch runs on (see the end of the lane)
             finally:
                 if self._acks:
                     if (
@@ -558,9 +570,13 @@ class Worker:
                         # Other lanes are running: their completions share the call (within ACK_FLUSH_SECONDS).
                         self._flush_later()
                     else:
-                        # Shielded: a worker cancelled at the end of the grace period still sends what its
-                        # handlers finished, and settle_before_exit waits for it before deregistering.
-                        await asyncio.shield(self._start_flush())
+                        # Sent now, as a task of its own that the lane does not wait for: the lane comes
+                        # free at once, so the next claim travels while these completions do (a fast
+                        # handler's batch was claim, run, complete, one round trip after the other).
+                        # A lane cancelled at the end of the grace period does not cancel the send, and
+                        # settle_before_exit waits for it before deregistering; one storage did not
+                        # answer is kept to be sent again before the next claim after it (_defer).
+                        self._start_flush()
             if self._adaptive and ran:
                 # Judged by the handlers' own time per item, not the lane's: with many lanes the
                 # lane's wall time is the other lanes' too (and its completions' round trip), so
@@ -568,7 +584,7 @@ class Worker:
                 if handler_seconds / ran >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
                     self.claim_size = 1
                 elif len(items) == self.claim_size:
-                    self.claim_size = min(ADAPTIVE_MAX_CLAIM, self.claim_size * 2)
+                    self.claim_size = min(self._max_lane_batch, self.claim_size * 2)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug in the runtime, not a handler's: the process stops, as it did
@@ -577,7 +593,7 @@ class Worker:
                 self._crashed = exc
         finally:
             self.items_in_flight -= len(items)
-            self._lanes.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._lanes.discard(me)  # type: ignore[arg-type]
             self._free_lanes.append(lane)
             self._lane_freed.set()
 
@@ -747,13 +763,15 @@ class Worker:
         await self._fail(item, exc)
 
     # -- one item -----------------------------------------------------------
-    async def _run_one(self, item: WorkItem, lane: str, announced: int | None = None) -> float:
+    async def _run_one(
+        self, item: WorkItem, lane: str, announced: int | None = None, task: asyncio.Task[Any] | None = None
+    ) -> float:
         """Run one claimed item: its key, its handler, its settlement. Returns the seconds its handler took.
 
         One coroutine from the lane down to the handler when the handler is async and
         has no clock to run (a waiting item holds every frame above it; see _lane).
         ``announced``: the supervisor heard of this claim already (STARTS), when the
-        isolation gate had let this many items run alone.
+        isolation gate had let this many items run alone. ``task``: the lane's task, this one.
         """
         rt = self.rt
         # An item that was running when its process died beside others runs alone here, so
@@ -800,7 +818,7 @@ class Worker:
                                     # and asyncio.wait of its own); cancel_running cancels the lane,
                                     # which is inside the handler whenever the item is in ``running``.
                                     running = self.running[item.id] = _Running(item, ctx)
-                                    running.task = asyncio.current_task()
+                                    running.task = task if task is not None else asyncio.current_task()
                                     try:
                                         result = await rt.handler.function(ctx)
                                     except asyncio.CancelledError:
@@ -1046,7 +1064,7 @@ class Worker:
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
                 rt.metrics.observe_handler(rt.pool.name, elapsed)
-            if inspect.isawaitable(result):  # a plain function that returned a coroutine: await it here
+            if result is not None and inspect.isawaitable(result):  # a coroutine a plain function returned
                 try:
                     result = await result
                 except asyncio.CancelledError:
@@ -1111,7 +1129,7 @@ class Worker:
                 if ctx.usage:
                     self.thread_usage[item.id] = ctx.usage
             ran.append((item, result, None, time.perf_counter() - started))
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):  # (None: no ABC check per item)
                 break  # awaited on the loop before anything else runs
         return ran
 
