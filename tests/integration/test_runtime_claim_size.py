@@ -9,6 +9,7 @@ the test does not depend on how fast anything really runs.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -88,3 +89,92 @@ async def test_claims_grow_for_quick_handlers_when_completions_are_slow(monkeypa
     # Quick handlers: the claim size doubled despite each batch's completion call taking a second.
     assert max(storage.claim_limits) > 1, storage.claim_limits[:10]
     assert len(storage.claim_limits) < ITEMS // 4
+
+
+class _HeldAtClaims:
+    """A memory storage that records, at each claim, what the worker holds plus what it asks for."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.runtime: ProcessRuntime | None = None
+        self.held_after: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> Any:
+        assert self.runtime is not None
+        self.held_after.append(self.runtime.workers[0].items_in_flight + limit)
+        return await self._inner.claim(pool, worker_id, limit, lease)
+
+
+@pytest.mark.asyncio
+async def test_many_lanes_of_quick_handlers_hold_at_most_adaptive_max_held():
+    """With 64 lanes the per-lane batch stops at ADAPTIVE_MAX_HELD // 64: a process does not hoard the backlog."""
+    from workhive.runtime import worker as worker_module
+
+    storage = _HeldAtClaims(workhive.open("memory://").storage)
+    async with workhive.open(storage) as hive:  # type: ignore[arg-type]
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n} for n in range(3_000)])
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=64, heartbeat=0.2, lease=30.0)
+        sink = ListSink()
+        runtime = ProcessRuntime(opts, hive=hive, sink=sink)
+        storage.runtime = runtime
+        code = await runtime.run(stop_when_empty=True)
+        items = [await pool.get(i) for i in ids]
+    assert code == 0 and all(item.state is ItemState.DONE for item in items)
+    # Quick handlers: batches grew past one item a lane (claims of more than 64)...
+    assert max(storage.held_after) > 64, storage.held_after[:20]
+    # ...and never past what the bound lets the lanes hold together.
+    assert max(storage.held_after) <= worker_module.ADAPTIVE_MAX_HELD, max(storage.held_after)
+
+
+class _HeldCompletion:
+    """A memory storage whose first ``complete`` waits until the test lets it go; counts claims meanwhile."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._let_go = asyncio.Event()
+        self.completes = 0
+        self.claims_while_held = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> Any:
+        if self.completes and not self._let_go.is_set():
+            self.claims_while_held += 1
+            self._let_go.set()  # the claim went out while the completion was on its way
+        return await self._inner.claim(pool, worker_id, limit, lease)
+
+    async def complete(self, pool: str, acks: Any) -> Any:
+        self.completes += 1
+        await self._let_go.wait()
+        return await self._inner.complete(pool, acks)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("handler", ["handlers:noop", "handlers:echo_async"])
+async def test_the_next_claim_travels_while_a_lanes_completions_do(handler):
+    """With one lane, the claim after a batch does not wait for the batch's ``complete_many`` to be answered.
+
+    The first completion is held until a claim arrives: had the lane waited for it, no
+    claim would come and the run would not end. Every item still ends DONE, and the
+    supervisor's count is exact (the completions are waited for before the process exits).
+    """
+    storage = _HeldCompletion(workhive.open("memory://").storage)
+    async with workhive.open(storage) as hive:  # type: ignore[arg-type]
+        pool = hive.pool("jobs")
+        ids = await pool.push_many([{"n": n} for n in range(50)])
+        opts = FleetOptions(pool="jobs", handler=handler, concurrency=1, heartbeat=0.2, lease=30.0)
+        sink = ListSink()
+        runtime = ProcessRuntime(opts, hive=hive, sink=sink)
+        code = await asyncio.wait_for(runtime.run(stop_when_empty=True), 60)
+        items = [await pool.get(i) for i in ids]
+    tally = Tally()
+    for event in sink.events:
+        tally.apply(event)
+    assert storage.claims_while_held == 1
+    assert code == 0 and tally.done == 50
+    assert all(item.state is ItemState.DONE for item in items)

@@ -62,8 +62,7 @@ log = logging.getLogger("workhive.runtime.worker")
 #: and drops back to one item as soon as they do not (slow calls keep one claim at a time).
 #: A process's lanes together hold at most ADAPTIVE_MAX_HELD items claimed that way (each
 #: lane's batch is at most ADAPTIVE_MAX_HELD // concurrency): with a batch of 128 a lane, 128
-#: lanes held 16,384 items that the fleet's other processes could not claim, and a fleet of
-#: more lanes drained slower than one of fewer.
+#: lanes could hold 16,384 items that the fleet's other processes cannot claim (docs/runtime.md).
 ADAPTIVE_MAX_CLAIM = 128
 ADAPTIVE_MAX_HELD = 1024
 FAST_HANDLER_SECONDS = 0.002
