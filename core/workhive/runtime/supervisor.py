@@ -772,6 +772,7 @@ class Supervisor:
     async def _loop(self) -> None:
         next_stats = next_reap = next_progress = next_gone = next_fire = 0.0
         reap_every = max(0.5, self.options.reap_after / 2)
+        self._wakeup.set()  # the first pass at once: children start without waiting a TICK
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), TICK)
@@ -819,6 +820,16 @@ class Supervisor:
                         self._finish(ExitCode.DRAINED, "the pool drained")
                         continue
                     self._scale(self.stats)
+            # Children start before the reaper, the schedules and the local check run (storage calls
+            # each): a worker process takes a good part of a second to import and register, and the
+            # supervisor's calls overlap it instead of delaying it.
+            # A few children per tick: signals, events and the stop flag are handled between
+            # batches, so SIGTERM during the start of a large fleet acts at once.
+            for _ in range(SPAWN_PER_TICK):
+                active = sum(1 for c in self.children.values() if not c.retiring)
+                if active >= self.target or time.monotonic() < self.restart_at or self.result is not None:
+                    break
+                self._spawn()
             if now >= next_reap:
                 next_reap = now + reap_every
                 await self._reap_workers()
@@ -831,13 +842,6 @@ class Supervisor:
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY
                 self._progress()
-            # A few children per tick: signals, events and the stop flag are handled between
-            # batches, so SIGTERM during the start of a large fleet acts at once.
-            for _ in range(SPAWN_PER_TICK):
-                active = sum(1 for c in self.children.values() if not c.retiring)
-                if active >= self.target or time.monotonic() < self.restart_at or self.result is not None:
-                    break
-                self._spawn()
 
     async def _sample_metrics(self) -> None:
         """With --metrics-port: the storage gauges (pool depth, oldest age, workers), fleet-wide."""
