@@ -25,7 +25,10 @@ the baseline measured in this run:
   registered, heartbeating, a no-op handler) from start until the pool drained,
   with ``work``'s defaults (``--work-*`` to change them), against raw asyncpg's
   batches of 100; and ``work`` with a 1 ms handler at total concurrency 4, 16,
-  64 and 256 (``bench/support/fleets.py``), against the handler's bound.
+  64 and 256 (``bench/support/fleets.py``), against the handler's bound. Beside
+  each end-to-end rate: the fleet's fixed cost (the same fleet draining 100
+  jobs: start-up and exit) and the steady rate (the end-to-end time less it),
+  since start-up is a good part of a drain of a few seconds.
 * pgqueuer (batch 10, its default, and batch 100) and procrastinate
   (concurrency 8) draining the same number of no-op jobs; their batched enqueue.
 * idle pickup latency p50/p95 for each: with the system idle, push one job and
@@ -52,7 +55,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from support.fleets import drain_with_work, sweep_lines, work_sweep
+from support.fleets import Drain, drain_with_work, sweep_lines, work_sweep
 from support.loops import claim_complete_loop
 from support.peers import peers_line
 from support.procs import env_with_path, wait_for_lines
@@ -428,13 +431,13 @@ def bench_procs(n: int, procs: int = 8, coroutines: int = 8, rounds: int = 2) ->
 # -- workhive work, end to end -----------------------------------------------------
 def bench_workhive_work(
     jobs: int, samples: int, tmp: Path, processes: int, concurrency: int, batch: int
-) -> tuple[float, list[float]]:
+) -> tuple[Drain, list[float]]:
     import workhive
 
     schema = f"bench_work_{TAG}"
     url = schema_url(schema)
     try:
-        rate = drain_with_work(
+        drain = drain_with_work(
             url, "bench", jobs, handler="noop", processes=processes, concurrency=concurrency, batch=batch
         )
         sys.path.insert(0, str(HERE))
@@ -470,7 +473,7 @@ def bench_workhive_work(
                 fleet.wait(30)
             except subprocess.TimeoutExpired:
                 fleet.kill()
-        return rate, latencies
+        return drain, latencies
     finally:
         asyncio.run(admin(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
 
@@ -653,19 +656,21 @@ def main() -> int:
     emit("workhive push_many", wh["push_many"], "items/s", raw["push_unnest"])
 
     with tempfile.TemporaryDirectory() as tmp:
-        work_rate, work_latency = bench_workhive_work(
+        work, work_latency = bench_workhive_work(
             n_work, samples, Path(tmp), args.work_processes, args.work_concurrency, args.work_batch
         )
     batch = "adaptive batch" if args.work_batch == 1 else f"batch {args.work_batch}"
     label = f"workhive work end to end, no-op ({args.work_processes} proc x {args.work_concurrency}, {batch})"
+    work_rate = work.rate
     emit(label, work_rate, "jobs/s")
+    print(f"  of which {work.describe()} (start-up and exit: the same fleet draining 100 jobs)", flush=True)
     # The baseline for `work` is raw batched claim+complete, measured again now: the faster
     # of its two runs counts, so a machine that got busier mid-run cannot flatter the ratio.
     raw_batch_now = asyncio.run(bench_raw_batched(n_batch))
     raw_batch = max(raw["batch100"], raw_batch_now)
     print(
         f"workhive work no-op / raw asyncpg batches of 100 (runs {raw['batch100']:,.0f}, {raw_batch_now:,.0f}): "
-        f"{work_rate / raw_batch:.2f}x",
+        f"{work_rate / raw_batch:.2f}x end to end, {work.steady / raw_batch:.2f}x steady",
         flush=True,
     )
     if not args.skip_sweep:

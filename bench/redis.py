@@ -18,6 +18,8 @@ deleted afterwards. Printed, each with its ratio to a baseline measured here:
   process start-up included) against raw batched claim+complete (measured
   twice, the faster counts), and with a 1 ms handler at total concurrency 4,
   16, 64 and 256 (``bench/support/fleets.py``) against the handler's bound;
+  beside each, the fleet's fixed cost (the same fleet draining 100 jobs:
+  start-up and exit) and the steady rate (the end-to-end time less it);
   and against huey (RedisHuey, 8 threads), bullmq
   (one Worker, concurrency 50), arq tuned (max_jobs 50, 10 ms poll) and RQ
   (2 SimpleWorkers) draining the same number of no-op jobs.
@@ -53,7 +55,7 @@ import redis as redis_py  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 
 sys.path.append(HERE)  # now that `redis` is the package: bench/support is importable
-from support.fleets import drain_with_work, sweep_lines, work_sweep  # noqa: E402
+from support.fleets import Drain, drain_with_work, sweep_lines, work_sweep  # noqa: E402
 from support.loops import claim_complete_loop  # noqa: E402
 from support.peers import peer, peers_line  # noqa: E402
 from support.procs import env_with_path, wait_for_lines  # noqa: E402
@@ -257,9 +259,9 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 
 # -- workhive work, end to end --------------------------------------------------------------
-def bench_fleet(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]]:
+def bench_fleet(tmp: Path, jobs: int, samples: int) -> tuple[Drain, list[float]]:
     url = wh_url("fleet")
-    rate = drain_with_work(url, "bench", jobs, handler="noop", processes=2)
+    drain = drain_with_work(url, "bench", jobs, handler="noop", processes=2)
     sys.path.insert(0, PEERS)
     os.environ["PYTHONPATH"] = env()["PYTHONPATH"]
     stamps = tmp / "workhive-stamps.txt"
@@ -279,7 +281,7 @@ def bench_fleet(tmp: Path, jobs: int, samples: int) -> tuple[float, list[float]]
         loop.run_until_complete(hive.close())
         loop.close()
         stop(fleet)
-    return rate, lat
+    return drain, lat
 
 
 # -- the peers ---------------------------------------------------------------------------
@@ -492,7 +494,8 @@ def main() -> None:
             print("measuring: workhive API", flush=True)
             wh = asyncio.run(wh_rates(n, n_batch, n_push, n_push_many))
             print("measuring: workhive work", flush=True)
-            fleet, fleet_lat = bench_fleet(tmp, n_fleet, samples)
+            drain, fleet_lat = bench_fleet(tmp, n_fleet, samples)
+            fleet = drain.rate
             _, _, raw_batch_now = asyncio.run(raw_rates(n // 10, n_batch))
             sweep = [] if args.skip_sweep else work_sweep(lambda c: wh_url(f"sweep{c}"))
             print("measuring: peers", flush=True)
@@ -522,6 +525,8 @@ def main() -> None:
     print(f"workhive work end to end (2 processes, no-op handler, start-up included): {fleet:,.0f} jobs/s "
           f"= {fleet / raw_batched:.2f}x raw batches of 100 (runs {raw_batch:,.0f}, {raw_batch_now:,.0f}), "
           f"pickup p50 {pct(fleet_lat, 0.5):.2f} ms p95 {pct(fleet_lat, 0.95):.2f} ms")  # fmt: skip
+    print(f"  of which {drain.describe()} = {drain.steady / raw_batched:.2f}x raw batches of 100 "
+          "(start-up and exit: the same fleet draining 100 jobs)")  # fmt: skip
     for text in sweep_lines(sweep):
         print(text)
     for label, result in peers.items():
