@@ -556,8 +556,15 @@ class Worker:
                     handler_seconds += took
                     ran += count
                     index += count
-                    if self._acks and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS:
-                        self._start_flush()  # on their way while the batch runs on (see the end of the lane)
+                    if (
+                        self._acks
+                        and (not self._flushes or len(self._acks) >= ACK_BATCH_MAX)
+                        and time.monotonic() - self._oldest_ack >= ACK_FLUSH_SECONDS
+                    ):
+                        # On their way while the batch runs on (see the end of the lane). One such call
+                        # at a time unless ACK_BATCH_MAX are waiting: a slow store does not get a new
+                        # call every ACK_FLUSH_SECONDS while the earlier ones are still unanswered.
+                        self._start_flush()
             finally:
                 if self._acks:
                     if (
