@@ -20,6 +20,9 @@ from .cli_helpers import COMMAND, assert_clean_error, clean_env, workhive
 
 pytest.importorskip("workhive_sqlite")
 prometheus_client = pytest.importorskip("prometheus_client")
+# Whole fleets summed across processes: once in the Python matrix (the registry and the scrape are
+# unit-tested in tests/core/test_metrics.py on every Python).
+pytestmark = pytest.mark.one_python
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 DEADLINE = 180.0  # generous: the machine is shared; nothing here measures time

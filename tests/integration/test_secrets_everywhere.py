@@ -110,6 +110,9 @@ def test_no_canary_key_in_any_output_stream_or_the_database(tmp_path: Path) -> N
 ENCODED_CANARY = 'sk-enc+4444/LEAKED=dd"é'
 
 
+# The encoded forms are scrubbed by the core, unit-tested on every Python (tests/core/test_secrets.py);
+# this is the whole path through a fleet and the CLI, once in the matrix.
+@pytest.mark.one_python
 def test_a_key_in_results_or_encoded_in_errors_is_stored_and_shown_scrubbed(tmp_path: Path) -> None:
     env = {"PYTHONPATH": str(HERE), "ENC_KEY": ENCODED_CANARY}
     storage = "sqlite:///enc/hive.db"

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("workhive_sqlite")
+# Processes meeting in one database: once in the Python matrix (the shared cooldowns themselves are
+# tested in-process in tests/core/test_credentials.py on every Python).
+pytestmark = pytest.mark.one_python
 
 SECRETS = {"KEY_A": "sk-SHARED-CANARY-aaaa", "KEY_B": "sk-SHARED-CANARY-bbbb", "KEY_C": "sk-SHARED-CANARY-cccc"}
 

@@ -26,6 +26,9 @@ from .cli_helpers import COMMAND, clean_env
 from .conftest import HERE
 
 pytest.importorskip("workhive_redis")
+# A whole fleet and a private server: once in the Python matrix (the stop on a dead store is checked
+# in-process on every Python, test_stop_on_dead_storage.py).
+pytestmark = pytest.mark.one_python
 
 TIMEOUT = 300
 ITEMS = 300

@@ -51,8 +51,11 @@ class Ran:
     work: Run
 
 
-@pytest.fixture
-def ran(tmp_path: Path) -> Ran:
+# One fleet run for the module: the tests that read it (work's output, then dead and show, piped and on
+# a terminal) only read the hive, so a run per test would repeat the same fleet three times.
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> Ran:
+    tmp_path = tmp_path_factory.mktemp("terminal")
     storage = f"sqlite:///{tmp_path / 'hive.db'}"
     pushed = workhive(
         tmp_path, "--storage", storage, "push", "jobs", "-", "--json", stdin='{"do": "boom"}\n{"do": "result"}\n'
