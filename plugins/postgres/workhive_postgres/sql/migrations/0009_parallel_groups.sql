@@ -54,15 +54,22 @@ SET search_path FROM CURRENT
 AS $$ SELECT hashtextextended('workhive-groups:' || current_schema() || ':' || p_pool, 0) $$;
 
 -- See the head of this file; rules GR1-GR9 in workhive.storage. Rows as in version 8.
--- For each item (GR2: a batch is n successive claims): the pool limit if any (counted
--- under the pool's lock), then, band by band from the highest (GR5), the live groups in
--- (vt, grp) order: each not paused (GR8) is taken (owned: its debts folded into its vt,
--- its limit counted) or found busy (skipped if it has a limit); its effective vt is its
--- vt plus what this call borrowed from it. The group with the lowest effective vt that
--- has a due item (oldest in C1 order, FOR UPDATE SKIP LOCKED) takes the turn; the scan
--- stops at the first group whose vt is no lower than the best found. The item is claimed
--- (or poisoned, as claim_items does: then the turn is taken again); an owned group's vt
--- becomes max(vt, pool vt) + 1/weight, a busy group's debt grows by 1/weight.
+--
+-- A batch is planned, then claimed with one statement, instead of one item at a time (at
+-- ~10 statements an item, version 8 spent 0.5-0.6 ms of server CPU per item against
+-- 0.02-0.03 ms for an ungrouped claim). A round: the pool limit, if any, caps what is
+-- wanted (counted under the pool's lock); in the highest band (GR5) where an admissible
+-- group has due items, the turns are dealt as successive one-item claims would deal
+-- them (GR2-GR4): the live groups are read in (vt, grp) order only as far as the turns
+-- reach (a group is admitted when its vt comes before the best of those admitted), each
+-- admitted group taken (owned: debts folded, limit counted) or found busy (skipped if it
+-- has a limit), with as many turns as it has due items (at most what is wanted) and as
+-- its limit leaves. Then each group's turns take its oldest due items (C1 order, FOR
+-- UPDATE SKIP LOCKED) in one statement; the rows come back in turn order. Spent leases
+-- met are poisoned (they take no turn); a round that got fewer items than it dealt
+-- turns for (poisoned, or taken meanwhile by another claim) is followed by another.
+-- An owned group's vt becomes max(vt, pool vt) + 1/weight per turn, as in version 8;
+-- a busy group's turns (1/weight each) become its debt.
 CREATE OR REPLACE FUNCTION claim_grouped(clock_offset float8, p_pool text, p_worker text, p_lease float8, p_limit integer)
 RETURNS TABLE (
     id bigint, payload text, priority integer, attempts integer, max_attempts integer, token bigint,
@@ -77,30 +84,38 @@ DECLARE
     settings group_pools%ROWTYPE;
     pool_vt float8;
     band integer;
-    g record;
-    is_mine boolean;
-    m_vt float8;
-    m_weight float8;
-    m_lim integer;
-    m_paused float8;
-    cap integer;
+    groups_in_turn refcursor;
+    la record;                    -- the next group in (vt, grp) order, not admitted yet
+    la_ok boolean;
     owned text[] := '{}';         -- groups whose row this call holds
     borrowed text[] := '{}';      -- busy groups this call took turns from ...
     owed float8[] := '{}';        -- ... and the turns it took (sum of 1/weight), in step
-    k integer;
+    -- The admitted groups of a round, in step: name, weight, vt (effective: with this
+    -- round's turns), vt when admitted, owned, turns it may take, turns dealt, items got,
+    -- where its items start in t_ids.
+    c_grp text[]; c_w float8[]; c_eff float8[]; c_vt0 float8[]; c_mine boolean[];
+    c_left integer[]; c_take integer[]; c_got integer[]; c_start integer[];
+    n integer;
+    seq_i integer[];              -- the round's turns: the group (index) ...
+    seq_j integer[];              -- ... and which of its turns
+    t_ids bigint[];               -- the items taken, by group then claim order
+    t_grps text[];
+    p_ids bigint[];               -- spent leases poisoned
+    out_ids bigint[];
+    is_mine boolean;
+    m_vt float8; m_weight float8; m_lim integer; m_paused float8;
+    cap integer;
+    room integer;
+    avail integer;
     debt float8;
     eff float8;
-    vt_now float8;
-    weight_now float8;
-    best_grp text;
-    best_eff float8;
-    best_vt float8;
-    best_weight float8;
-    best_owned boolean;
-    best_id bigint;
-    found_id bigint;
+    k integer;
+    x integer;
+    bi integer;
+    e integer;
+    need integer;
+    planned integer;
     served integer := 0;
-    got record;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(group_settings_key(p_pool));
     SELECT * INTO settings FROM group_pools AS gp WHERE gp.pool = p_pool;
@@ -113,131 +128,200 @@ BEGIN
     END IF;
     pool_vt := settings.vt;
     INSERT INTO groups AS gr (pool, grp, live) VALUES (p_pool, '', true) ON CONFLICT DO NOTHING;
-    <<items>>
+    <<rounds>>
     WHILE served < p_limit LOOP
-        IF settings.pool_limit IS NOT NULL AND (
-            SELECT count(*) FROM items AS i
-            WHERE i.pool = p_pool AND i.state = 'claimed' AND i.lease_expires_at > at
-        ) >= settings.pool_limit THEN
-            EXIT items;
+        need := p_limit - served;
+        IF settings.pool_limit IS NOT NULL THEN
+            need := least(need, settings.pool_limit - (
+                SELECT count(*) FROM items AS i
+                WHERE i.pool = p_pool AND i.state = 'claimed' AND i.lease_expires_at > at)::integer);
+            EXIT rounds WHEN need <= 0;
         END IF;
-        best_id := NULL;
+        planned := 0;
         <<bands>>
         FOR band IN SELECT b.priority FROM claim_bands AS b WHERE b.pool = p_pool ORDER BY b.priority DESC LOOP
-            best_grp := NULL;
-            <<groups>>
-            FOR g IN
+            c_grp := '{}'; c_w := '{}'; c_eff := '{}'; c_vt0 := '{}'; c_mine := '{}';
+            c_left := '{}'; c_take := '{}'; c_got := '{}'; c_start := '{}'; n := 0;
+            seq_i := '{}'; seq_j := '{}';
+            OPEN groups_in_turn FOR
                 SELECT gr.grp, gr.weight, gr.lim, gr.paused_until, gr.vt FROM groups AS gr
-                WHERE gr.pool = p_pool AND gr.live ORDER BY gr.vt, gr.grp
-            LOOP
-                -- Every later group has a vt at least this one's: none can beat the best.
-                EXIT groups WHEN best_grp IS NOT NULL AND g.vt >= best_eff;
-                CONTINUE WHEN g.paused_until > at;
-                IF g.grp = ANY (owned) THEN
-                    is_mine := true;
-                    m_vt := g.vt; m_weight := g.weight; m_lim := g.lim;
-                ELSE
-                    SELECT gr.weight, gr.lim, gr.paused_until, gr.vt INTO m_weight, m_lim, m_paused, m_vt
-                    FROM groups AS gr WHERE gr.pool = p_pool AND gr.grp = g.grp FOR UPDATE SKIP LOCKED;
-                    is_mine := FOUND;
-                    IF is_mine THEN
-                        owned := owned || g.grp;
-                        -- Debts committed by claims that borrowed turns from it: now its vt.
-                        WITH paid AS (
-                            DELETE FROM group_debts AS d WHERE d.pool = p_pool AND d.grp = g.grp RETURNING d.turns
-                        ) SELECT sum(paid.turns) INTO debt FROM paid;
-                        IF debt IS NOT NULL THEN
-                            UPDATE groups AS gr SET vt = gr.vt + debt WHERE gr.pool = p_pool AND gr.grp = g.grp;
-                            m_vt := m_vt + debt;
-                        END IF;
-                        CONTINUE WHEN m_paused > at;
+                WHERE gr.pool = p_pool AND gr.live ORDER BY gr.vt, gr.grp;
+            FETCH groups_in_turn INTO la;
+            la_ok := FOUND;
+            <<turns>>
+            WHILE planned < need LOOP
+                bi := 0;
+                FOR x IN 1..n LOOP
+                    IF c_take[x] < c_left[x] AND (bi = 0 OR c_eff[x] < c_eff[bi]
+                            OR (c_eff[x] = c_eff[bi] AND c_grp[x] < c_grp[bi])) THEN
+                        bi := x;
                     END IF;
+                END LOOP;
+                IF la_ok AND (bi = 0 OR la.vt < c_eff[bi] OR (la.vt = c_eff[bi] AND la.grp < c_grp[bi])) THEN
+                    -- The next group in turn order may come first: admit it (or pass it over).
+                    <<admit>>
+                    BEGIN
+                        EXIT admit WHEN la.paused_until > at;
+                        IF la.grp = ANY (owned) THEN
+                            is_mine := true;
+                            m_vt := la.vt; m_weight := la.weight; m_lim := la.lim;
+                        ELSE
+                            SELECT gr.weight, gr.lim, gr.paused_until, gr.vt INTO m_weight, m_lim, m_paused, m_vt
+                            FROM groups AS gr WHERE gr.pool = p_pool AND gr.grp = la.grp FOR UPDATE SKIP LOCKED;
+                            is_mine := FOUND;
+                            IF is_mine THEN
+                                owned := owned || la.grp;
+                                -- Debts committed by claims that borrowed turns from it: now its vt.
+                                WITH paid AS (
+                                    DELETE FROM group_debts AS d WHERE d.pool = p_pool AND d.grp = la.grp RETURNING d.turns
+                                ) SELECT sum(paid.turns) INTO debt FROM paid;
+                                IF debt IS NOT NULL THEN
+                                    UPDATE groups AS gr SET vt = gr.vt + debt WHERE gr.pool = p_pool AND gr.grp = la.grp;
+                                    m_vt := m_vt + debt;
+                                END IF;
+                                EXIT admit WHEN m_paused > at;
+                            ELSE
+                                m_vt := la.vt; m_weight := la.weight; m_lim := la.lim;
+                            END IF;
+                        END IF;
+                        room := need;
+                        cap := CASE WHEN la.grp = '' THEN NULL ELSE coalesce(m_lim, settings.default_limit) END;
+                        IF cap IS NOT NULL THEN
+                            -- GR6: only the owner counts, after taking the row (this statement's
+                            -- snapshot sees every claim of the group committed before, and this
+                            -- call's own).
+                            EXIT admit WHEN NOT is_mine;
+                            room := least(room, cap - (
+                                SELECT count(*) FROM items AS i
+                                WHERE i.pool = p_pool AND i.grp = la.grp AND i.state = 'claimed'
+                                    AND i.lease_expires_at > at)::integer);
+                            EXIT admit WHEN room <= 0;
+                        END IF;
+                        SELECT count(*) INTO avail FROM (
+                            SELECT FROM items AS i
+                            WHERE i.pool = p_pool AND i.grp = la.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
+                                AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
+                            LIMIT room) AS due;
+                        IF avail = 0 THEN
+                            IF is_mine AND la.grp <> '' AND NOT EXISTS (
+                                SELECT FROM items AS i WHERE i.pool = p_pool AND i.grp = la.grp AND i.state IN ('pending', 'claimed')
+                            ) THEN
+                                -- This call holds the row, taken before this look (a new snapshot): a
+                                -- push or requeue that held it first has committed its items, one that
+                                -- comes later waits for this commit and sets live again.
+                                UPDATE groups AS gr SET live = false WHERE gr.pool = p_pool AND gr.grp = la.grp;
+                            END IF;
+                            EXIT admit;
+                        END IF;
+                        eff := m_vt;
+                        IF NOT is_mine THEN
+                            k := array_position(borrowed, la.grp);
+                            IF k IS NOT NULL THEN
+                                eff := eff + owed[k];
+                            END IF;
+                        END IF;
+                        n := n + 1;
+                        c_grp[n] := la.grp; c_w[n] := m_weight; c_eff[n] := eff; c_vt0[n] := m_vt;
+                        c_mine[n] := is_mine; c_left[n] := avail; c_take[n] := 0; c_got[n] := 0; c_start[n] := 0;
+                    END;
+                    FETCH groups_in_turn INTO la;
+                    la_ok := FOUND;
+                    CONTINUE turns;
                 END IF;
-                cap := CASE WHEN g.grp = '' THEN NULL
-                    WHEN is_mine THEN coalesce(m_lim, settings.default_limit)
-                    ELSE coalesce(g.lim, settings.default_limit) END;
-                IF cap IS NOT NULL THEN
-                    -- GR6: only the owner counts, after taking the row (this statement's snapshot
-                    -- sees every claim of the group committed before, and this call's own).
-                    CONTINUE WHEN NOT is_mine;
-                    CONTINUE WHEN (
-                        SELECT count(*) FROM items AS i
-                        WHERE i.pool = p_pool AND i.grp = g.grp AND i.state = 'claimed' AND i.lease_expires_at > at
-                    ) >= cap;
-                END IF;
-                IF is_mine THEN
-                    vt_now := m_vt;
-                    weight_now := m_weight;
-                    eff := vt_now;
+                EXIT turns WHEN bi = 0;
+                planned := planned + 1;
+                c_take[bi] := c_take[bi] + 1;
+                seq_i[planned] := bi;
+                seq_j[planned] := c_take[bi];
+                eff := c_eff[bi];
+                IF c_mine[bi] THEN
+                    c_eff[bi] := greatest(eff, pool_vt) + 1.0 / c_w[bi];
                 ELSE
-                    vt_now := g.vt;
-                    weight_now := g.weight;
-                    k := array_position(borrowed, g.grp);
-                    eff := g.vt + CASE WHEN k IS NULL THEN 0 ELSE owed[k] END;
+                    c_eff[bi] := eff + 1.0 / c_w[bi];
                 END IF;
-                CONTINUE WHEN best_grp IS NOT NULL AND eff >= best_eff;
-                -- May leave an earlier candidate's item locked, unclaimed, until this commits (only
-                -- when a busy group's borrowed turns put it behind a later one).
-                SELECT i.id INTO found_id FROM items AS i
-                WHERE i.pool = p_pool AND i.grp = g.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
+                pool_vt := greatest(pool_vt, eff);
+            END LOOP;
+            CLOSE groups_in_turn;
+            EXIT bands WHEN planned > 0;
+        END LOOP;
+        EXIT rounds WHEN planned = 0;
+        -- Each group's turns take its oldest due items; spent leases met are poisoned instead.
+        WITH picked AS (
+            SELECT p.id, p.due FROM unnest(c_grp, c_take) AS w (grp, take)
+            CROSS JOIN LATERAL (
+                SELECT i.id, (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due
+                FROM items AS i
+                WHERE i.pool = p_pool AND i.grp = w.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
                     AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
                 ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                LIMIT 1 FOR UPDATE SKIP LOCKED;
-                IF found_id IS NOT NULL THEN
-                    best_grp := g.grp; best_eff := eff; best_vt := vt_now; best_weight := weight_now;
-                    best_owned := is_mine; best_id := found_id;
-                    CONTINUE;
-                END IF;
-                IF is_mine AND g.grp <> '' AND NOT EXISTS (
-                    SELECT FROM items AS i WHERE i.pool = p_pool AND i.grp = g.grp AND i.state IN ('pending', 'claimed')
-                ) THEN
-                    -- This call holds the row, taken before this look (a new snapshot): a push or
-                    -- requeue that held it first has committed its items, one that comes later
-                    -- waits for this commit and sets live again.
-                    UPDATE groups AS gr SET live = false WHERE gr.pool = p_pool AND gr.grp = g.grp;
-                END IF;
-            END LOOP;
-            EXIT bands WHEN best_grp IS NOT NULL;
-        END LOOP;
-        EXIT items WHEN best_id IS NULL;
-        UPDATE items AS i SET
-            state = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN 'claimed' ELSE 'poisoned' END,
-            available_at = CASE WHEN i.state = 'claimed' AND i.attempts < i.max_attempts THEN i.lease_expires_at ELSE i.available_at END,
-            claimed_by = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_worker ELSE i.claimed_by END,
-            attempts = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.attempts + 1 ELSE i.attempts END,
-            token = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.token + 1 ELSE i.token END,
-            lease_seconds = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_lease END,
-            lease_expires_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN at + p_lease END,
-            error = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.error
-                ELSE 'lease expired after attempt ' || i.attempts || ' of ' || i.max_attempts
-                    || ' (worker ' || coalesce(i.claimed_by, '?') || ' stopped heartbeating or crashed)' END,
-            finished_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.finished_at ELSE at END
-        WHERE i.id = best_id
-        RETURNING i.id, i.payload, i.priority, i.attempts, i.max_attempts, i.token, i.created_at, i.available_at,
-            i.lease_expires_at, i.dedup_key, i.error, i.releases, i.state = 'claimed' AS is_taken, i.grp
-        INTO got;
-        id := got.id; payload := got.payload; priority := got.priority; attempts := got.attempts;
-        max_attempts := got.max_attempts; token := got.token; created_at := got.created_at;
-        available_at := got.available_at; lease_expires_at := got.lease_expires_at; dedup_key := got.dedup_key;
-        error := got.error; releases := got.releases; taken := got.is_taken; grp := got.grp;
-        RETURN NEXT;
-        IF taken THEN
-            served := served + 1;
-            IF best_owned THEN
-                UPDATE groups AS gr SET vt = greatest(best_vt, pool_vt) + 1.0 / best_weight
-                WHERE gr.pool = p_pool AND gr.grp = best_grp;
-                pool_vt := greatest(pool_vt, best_vt);
-            ELSE
-                k := array_position(borrowed, best_grp);
-                IF k IS NULL THEN
-                    borrowed := borrowed || best_grp;
-                    owed := owed || (1.0 / best_weight);
-                ELSE
-                    owed[k] := owed[k] + 1.0 / best_weight;
-                END IF;
-                pool_vt := greatest(pool_vt, best_eff);
+                LIMIT w.take FOR UPDATE SKIP LOCKED
+            ) AS p
+            WHERE w.take > 0
+        ), updated AS (
+            UPDATE items AS i SET
+                state = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN 'claimed' ELSE 'poisoned' END,
+                available_at = CASE WHEN i.state = 'claimed' AND i.attempts < i.max_attempts THEN i.lease_expires_at ELSE i.available_at END,
+                claimed_by = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_worker ELSE i.claimed_by END,
+                attempts = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.attempts + 1 ELSE i.attempts END,
+                token = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.token + 1 ELSE i.token END,
+                lease_seconds = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_lease END,
+                lease_expires_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN at + p_lease END,
+                error = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.error
+                    ELSE 'lease expired after attempt ' || i.attempts || ' of ' || i.max_attempts
+                        || ' (worker ' || coalesce(i.claimed_by, '?') || ' stopped heartbeating or crashed)' END,
+                finished_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.finished_at ELSE at END
+            FROM picked
+            WHERE i.id = picked.id
+            RETURNING i.id, i.grp, i.state = 'claimed' AS is_taken, picked.due
+        )
+        SELECT array_agg(u.id ORDER BY u.grp, u.due, u.id) FILTER (WHERE u.is_taken),
+            array_agg(u.grp ORDER BY u.grp, u.due, u.id) FILTER (WHERE u.is_taken),
+            array_agg(u.id ORDER BY u.due, u.id) FILTER (WHERE NOT u.is_taken)
+        INTO t_ids, t_grps, p_ids
+        FROM updated AS u;
+        t_ids := coalesce(t_ids, '{}'); t_grps := coalesce(t_grps, '{}'); p_ids := coalesce(p_ids, '{}');
+        EXIT rounds WHEN cardinality(t_ids) = 0 AND cardinality(p_ids) = 0;
+        e := 0;
+        FOR x IN 1..cardinality(t_grps) LOOP
+            IF e = 0 OR c_grp[e] <> t_grps[x] THEN
+                e := array_position(c_grp, t_grps[x]);
+                c_start[e] := x;
             END IF;
-        END IF;
+            c_got[e] := c_got[e] + 1;
+        END LOOP;
+        -- The j-th item a group got takes its j-th turn; turns it got no item for are void.
+        out_ids := p_ids;
+        FOR x IN 1..planned LOOP
+            e := seq_i[x];
+            IF seq_j[x] <= c_got[e] THEN
+                out_ids := out_ids || t_ids[c_start[e] + seq_j[x] - 1];
+            END IF;
+        END LOOP;
+        RETURN QUERY
+            SELECT i.id, i.payload, i.priority, i.attempts, i.max_attempts, i.token, i.created_at, i.available_at,
+                i.lease_expires_at, i.dedup_key, i.error, i.releases, i.state = 'claimed', i.grp
+            FROM unnest(out_ids) WITH ORDINALITY AS o (id, n) JOIN items AS i ON i.id = o.id
+            ORDER BY o.n;
+        served := served + cardinality(t_ids);
+        FOR x IN 1..n LOOP
+            CONTINUE WHEN c_take[x] = 0;
+            CONTINUE WHEN c_got[x] = 0;
+            IF c_mine[x] THEN
+                -- Turns dealt but void were its last: its vt as after the turns it took.
+                UPDATE groups AS gr SET vt = greatest(c_vt0[x], c_eff[x] - (c_take[x] - c_got[x]) / c_w[x])
+                WHERE gr.pool = p_pool AND gr.grp = c_grp[x];
+            ELSE
+                k := array_position(borrowed, c_grp[x]);
+                IF k IS NULL THEN
+                    borrowed := borrowed || c_grp[x];
+                    owed := owed || (c_got[x] / c_w[x]);
+                ELSE
+                    owed[k] := owed[k] + c_got[x] / c_w[x];
+                END IF;
+            END IF;
+        END LOOP;
+        -- A round that got every item it dealt turns for and still wants more found no more in
+        -- its band: the next round looks again (the next band, or this one after a shortfall).
     END LOOP;
     IF cardinality(borrowed) > 0 THEN
         INSERT INTO group_debts (pool, grp, turns) SELECT p_pool, b.grp, b.turns FROM unnest(borrowed, owed) AS b (grp, turns);
