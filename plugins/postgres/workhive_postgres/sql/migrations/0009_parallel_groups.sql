@@ -100,7 +100,12 @@ DECLARE
     seq_j integer[];              -- ... and which of its turns
     t_ids bigint[];               -- the items taken, by group then claim order
     t_grps text[];
-    p_ids bigint[];               -- spent leases poisoned
+    p_ids bigint[];               -- spent leases poisoned ...
+    p_grps text[];                -- ... and their groups
+    used integer;                 -- turns kept
+    stop boolean := false;        -- another claim holds items a turn was dealt for
+    round_vt float8;              -- the pool's vt when the round began
+    seq_pv float8[];              -- the pool's vt after each turn
     out_ids bigint[];
     is_mine boolean;
     m_vt float8; m_weight float8; m_lim integer; m_paused float8;
@@ -138,11 +143,12 @@ BEGIN
             EXIT rounds WHEN need <= 0;
         END IF;
         planned := 0;
+        round_vt := pool_vt;
         <<bands>>
         FOR band IN SELECT b.priority FROM claim_bands AS b WHERE b.pool = p_pool ORDER BY b.priority DESC LOOP
             c_grp := '{}'; c_w := '{}'; c_eff := '{}'; c_vt0 := '{}'; c_mine := '{}';
             c_left := '{}'; c_take := '{}'; c_got := '{}'; c_start := '{}'; n := 0;
-            seq_i := '{}'; seq_j := '{}';
+            seq_i := '{}'; seq_j := '{}'; seq_pv := '{}';
             OPEN groups_in_turn FOR
                 SELECT gr.grp, gr.weight, gr.lim, gr.paused_until, gr.vt FROM groups AS gr
                 WHERE gr.pool = p_pool AND gr.live ORDER BY gr.vt, gr.grp;
@@ -240,47 +246,32 @@ BEGIN
                     c_eff[bi] := eff + 1.0 / c_w[bi];
                 END IF;
                 pool_vt := greatest(pool_vt, eff);
+                seq_pv[planned] := pool_vt;
             END LOOP;
             CLOSE groups_in_turn;
             EXIT bands WHEN planned > 0;
         END LOOP;
         EXIT rounds WHEN planned = 0;
-        -- Each group's turns take its oldest due items; spent leases met are poisoned instead.
-        WITH picked AS (
-            SELECT p.id, p.due FROM unnest(c_grp, c_take) AS w (grp, take)
-            CROSS JOIN LATERAL (
-                SELECT i.id, (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due
-                FROM items AS i
-                WHERE i.pool = p_pool AND i.grp = w.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
-                    AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
-                ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                LIMIT w.take FOR UPDATE SKIP LOCKED
-            ) AS p
-            WHERE w.take > 0
-        ), updated AS (
-            UPDATE items AS i SET
-                state = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN 'claimed' ELSE 'poisoned' END,
-                available_at = CASE WHEN i.state = 'claimed' AND i.attempts < i.max_attempts THEN i.lease_expires_at ELSE i.available_at END,
-                claimed_by = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_worker ELSE i.claimed_by END,
-                attempts = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.attempts + 1 ELSE i.attempts END,
-                token = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.token + 1 ELSE i.token END,
-                lease_seconds = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_lease END,
-                lease_expires_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN at + p_lease END,
-                error = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.error
-                    ELSE 'lease expired after attempt ' || i.attempts || ' of ' || i.max_attempts
-                        || ' (worker ' || coalesce(i.claimed_by, '?') || ' stopped heartbeating or crashed)' END,
-                finished_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.finished_at ELSE at END
-            FROM picked
-            WHERE i.id = picked.id
-            RETURNING i.id, i.grp, i.state = 'claimed' AS is_taken, picked.due
-        )
-        SELECT array_agg(u.id ORDER BY u.grp, u.due, u.id) FILTER (WHERE u.is_taken),
-            array_agg(u.grp ORDER BY u.grp, u.due, u.id) FILTER (WHERE u.is_taken),
-            array_agg(u.id ORDER BY u.due, u.id) FILTER (WHERE NOT u.is_taken)
-        INTO t_ids, t_grps, p_ids
-        FROM updated AS u;
-        t_ids := coalesce(t_ids, '{}'); t_grps := coalesce(t_grps, '{}'); p_ids := coalesce(p_ids, '{}');
-        EXIT rounds WHEN cardinality(t_ids) = 0 AND cardinality(p_ids) = 0;
+        -- Each group's turns lock its oldest due items (C1 order; SKIP LOCKED: another claim's are
+        -- passed over). Spent leases among them are poisoned and take no turn (as claim_items).
+        SELECT array_agg(p.id ORDER BY w.grp, p.due, p.id) FILTER (WHERE NOT p.spent),
+            array_agg(w.grp ORDER BY w.grp, p.due, p.id) FILTER (WHERE NOT p.spent),
+            array_agg(p.id ORDER BY p.due, p.id) FILTER (WHERE p.spent),
+            array_agg(w.grp) FILTER (WHERE p.spent)
+        INTO t_ids, t_grps, p_ids, p_grps
+        FROM unnest(c_grp, c_take) AS w (grp, take)
+        CROSS JOIN LATERAL (
+            SELECT i.id, (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) AS due,
+                (i.state = 'claimed' AND i.attempts >= i.max_attempts) AS spent
+            FROM items AS i
+            WHERE i.pool = p_pool AND i.grp = w.grp AND i.priority = band AND i.state IN ('pending', 'claimed')
+                AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
+            ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
+            LIMIT w.take FOR UPDATE SKIP LOCKED
+        ) AS p
+        WHERE w.take > 0;
+        t_ids := coalesce(t_ids, '{}'); t_grps := coalesce(t_grps, '{}');
+        p_ids := coalesce(p_ids, '{}'); p_grps := coalesce(p_grps, '{}');
         e := 0;
         FOR x IN 1..cardinality(t_grps) LOOP
             IF e = 0 OR c_grp[e] <> t_grps[x] THEN
@@ -289,25 +280,58 @@ BEGIN
             END IF;
             c_got[e] := c_got[e] + 1;
         END LOOP;
-        -- The j-th item a group got takes its j-th turn; turns it got no item for are void.
-        out_ids := p_ids;
+        -- The j-th item a group got takes its j-th turn. The turns stop at the first one its group
+        -- got no item for, as one-item claims would: the turns after it were dealt as if that
+        -- group had taken it. Its items were poisoned: the next round deals again. Another claim
+        -- holds them: this call ends here (dealing the turn to the next group in line would
+        -- give a group that claim is serving fewer turns than its share).
+        out_ids := '{}';
+        used := 0;
         FOR x IN 1..planned LOOP
             e := seq_i[x];
-            IF seq_j[x] <= c_got[e] THEN
-                out_ids := out_ids || t_ids[c_start[e] + seq_j[x] - 1];
+            IF seq_j[x] > c_got[e] THEN
+                stop := c_got[e] + (SELECT count(*) FROM unnest(p_grps) AS s (g) WHERE s.g = c_grp[e]) < c_take[e];
+                pool_vt := CASE WHEN x = 1 THEN round_vt ELSE seq_pv[x - 1] END;
+                EXIT;
             END IF;
+            out_ids := out_ids || t_ids[c_start[e] + seq_j[x] - 1];
+            used := x;
         END LOOP;
+        EXIT rounds WHEN used = 0 AND cardinality(p_ids) = 0;
         RETURN QUERY
-            SELECT i.id, i.payload, i.priority, i.attempts, i.max_attempts, i.token, i.created_at, i.available_at,
-                i.lease_expires_at, i.dedup_key, i.error, i.releases, i.state = 'claimed', i.grp
-            FROM unnest(out_ids) WITH ORDINALITY AS o (id, n) JOIN items AS i ON i.id = o.id
+            WITH updated AS (
+                UPDATE items AS i SET
+                    state = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN 'claimed' ELSE 'poisoned' END,
+                    available_at = CASE WHEN i.state = 'claimed' AND i.attempts < i.max_attempts THEN i.lease_expires_at ELSE i.available_at END,
+                    claimed_by = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_worker ELSE i.claimed_by END,
+                    attempts = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.attempts + 1 ELSE i.attempts END,
+                    token = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.token + 1 ELSE i.token END,
+                    lease_seconds = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN p_lease END,
+                    lease_expires_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN at + p_lease END,
+                    error = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.error
+                        ELSE 'lease expired after attempt ' || i.attempts || ' of ' || i.max_attempts
+                            || ' (worker ' || coalesce(i.claimed_by, '?') || ' stopped heartbeating or crashed)' END,
+                    finished_at = CASE WHEN i.state = 'pending' OR i.attempts < i.max_attempts THEN i.finished_at ELSE at END
+                WHERE i.id = ANY (p_ids || out_ids)
+                RETURNING i.id, i.payload, i.priority, i.attempts, i.max_attempts, i.token, i.created_at, i.available_at,
+                    i.lease_expires_at, i.dedup_key, i.error, i.releases, i.state = 'claimed' AS is_taken, i.grp
+            )
+            SELECT u.id, u.payload, u.priority, u.attempts, u.max_attempts, u.token, u.created_at, u.available_at,
+                u.lease_expires_at, u.dedup_key, u.error, u.releases, u.is_taken, u.grp
+            FROM unnest(p_ids || out_ids) WITH ORDINALITY AS o (id, n) JOIN updated AS u ON u.id = o.id
             ORDER BY o.n;
-        served := served + cardinality(t_ids);
+        served := served + used;
+        -- What each group took: seq_j counts a group's turns, so its last kept turn says how many.
         FOR x IN 1..n LOOP
-            CONTINUE WHEN c_take[x] = 0;
+            c_got[x] := 0;
+        END LOOP;
+        FOR x IN 1..used LOOP
+            c_got[seq_i[x]] := seq_j[x];
+        END LOOP;
+        FOR x IN 1..n LOOP
             CONTINUE WHEN c_got[x] = 0;
             IF c_mine[x] THEN
-                -- Turns dealt but void were its last: its vt as after the turns it took.
+                -- Turns dealt but not kept were its last: its vt as after the turns it took.
                 UPDATE groups AS gr SET vt = greatest(c_vt0[x], c_eff[x] - (c_take[x] - c_got[x]) / c_w[x])
                 WHERE gr.pool = p_pool AND gr.grp = c_grp[x];
             ELSE
@@ -320,8 +344,9 @@ BEGIN
                 END IF;
             END IF;
         END LOOP;
-        -- A round that got every item it dealt turns for and still wants more found no more in
-        -- its band: the next round looks again (the next band, or this one after a shortfall).
+        EXIT rounds WHEN stop;
+        -- A round that kept every turn it dealt and still wants more found no more in its band:
+        -- the next round looks again (the next band, or this one after a poisoned lease).
     END LOOP;
     IF cardinality(borrowed) > 0 THEN
         INSERT INTO group_debts (pool, grp, turns) SELECT p_pool, b.grp, b.turns FROM unnest(borrowed, owed) AS b (grp, turns);
