@@ -132,7 +132,10 @@ BEGIN
         SELECT * INTO settings FROM group_pools AS gp WHERE gp.pool = p_pool FOR UPDATE;
     END IF;
     pool_vt := settings.vt;
-    INSERT INTO groups AS gr (pool, grp, live) VALUES (p_pool, '', true) ON CONFLICT DO NOTHING;
+    IF NOT EXISTS (SELECT FROM groups AS gr WHERE gr.pool = p_pool AND gr.grp = '') THEN
+        -- The first claims of a pool only: a claim that meets another's uncommitted row waits for it.
+        INSERT INTO groups AS gr (pool, grp, live) VALUES (p_pool, '', true) ON CONFLICT DO NOTHING;
+    END IF;
     <<rounds>>
     WHILE served < p_limit LOOP
         need := p_limit - served;
