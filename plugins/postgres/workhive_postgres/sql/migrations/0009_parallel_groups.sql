@@ -16,14 +16,15 @@
 -- - a group whose row another claim holds is "busy": without a limit its items are
 --   still claimed (SKIP LOCKED on the items), the turn written down as a debt
 --   (group_debts, insert-only: no row anybody waits on) that the group's next owner adds
---   to its vt. Within one call the claim counts its own borrowed turns, so a busy group
---   takes turns with the rest as if its vt were written. A busy group with a limit is
+--   to its vt. A busy group takes turns with the rest at its committed vt plus the debts
+--   committed since plus the turns this call took from it. A busy group with a limit is
 --   skipped.
 -- Sequential claims never find a group busy (a push or a setting holds a group's row
 -- only until it commits): for them turns are exactly those of version 8 (GR2-GR4).
--- Under concurrency a turn is decided on committed vts plus this call's own turns, so
--- claims running at once may take the same turn: approximate, corrected as debts and
--- vts commit, never a wait.
+-- Under concurrency a turn is decided on what has committed plus this call's own turns,
+-- so claims running at once may deal the same turns: approximate, corrected as debts and
+-- vts commit, never a wait. Waits left: for the first claims of a pool (adding its
+-- ungrouped turns row) and, in a pool with a pool limit, for the pool's row.
 --
 -- The pool's vt (the turn the last served group had: where a group that becomes ready
 -- starts, GR4) is raised in the claim's last statement, and only if no other claim holds
@@ -55,7 +56,7 @@ AS $$ SELECT hashtextextended('workhive-groups:' || current_schema() || ':' || p
 
 -- See the head of this file; rules GR1-GR9 in workhive.storage. Rows as in version 8.
 --
--- A batch is planned, then claimed with one statement, instead of one item at a time (at
+-- A batch is planned, then claimed with two statements, instead of one item at a time (at
 -- ~10 statements an item, version 8 spent 0.5-0.6 ms of server CPU per item against
 -- 0.02-0.03 ms for an ungrouped claim). A round: the pool limit, if any, caps what is
 -- wanted (counted under the pool's lock); in the highest band (GR5) where an admissible
@@ -64,12 +65,12 @@ AS $$ SELECT hashtextextended('workhive-groups:' || current_schema() || ':' || p
 -- reach (a group is admitted when its vt comes before the best of those admitted), each
 -- admitted group taken (owned: debts folded, limit counted) or found busy (skipped if it
 -- has a limit), with as many turns as it has due items (at most what is wanted) and as
--- its limit leaves. Then each group's turns take its oldest due items (C1 order, FOR
--- UPDATE SKIP LOCKED) in one statement; the rows come back in turn order. Spent leases
--- met are poisoned (they take no turn); a round that got fewer items than it dealt
--- turns for (poisoned, or taken meanwhile by another claim) is followed by another.
--- An owned group's vt becomes max(vt, pool vt) + 1/weight per turn, as in version 8;
--- a busy group's turns (1/weight each) become its debt.
+-- its limit leaves. Then one statement locks each group's oldest due items for its turns
+-- (C1 order, FOR UPDATE SKIP LOCKED) and another claims them, rows in turn order. The
+-- turns are kept up to the first one whose group got no item for it: its items were
+-- spent leases (poisoned, taking no turn: another round deals again) or another claim
+-- holds them (the call ends). An owned group's vt becomes max(vt, pool vt) + 1/weight
+-- per kept turn, as in version 8; a busy group's kept turns (1/weight each) its debt.
 CREATE OR REPLACE FUNCTION claim_grouped(clock_offset float8, p_pool text, p_worker text, p_lease float8, p_limit integer)
 RETURNS TABLE (
     id bigint, payload text, priority integer, attempts integer, max_attempts integer, token bigint,
@@ -224,6 +225,10 @@ BEGIN
                         END IF;
                         eff := m_vt;
                         IF NOT is_mine THEN
+                            -- Its turns as far as this call knows: the vt its owner last committed,
+                            -- the debts other claims committed since, and this call's own.
+                            eff := eff + coalesce((
+                                SELECT sum(d.turns) FROM group_debts AS d WHERE d.pool = p_pool AND d.grp = la.grp), 0);
                             k := array_position(borrowed, la.grp);
                             IF k IS NOT NULL THEN
                                 eff := eff + owed[k];
