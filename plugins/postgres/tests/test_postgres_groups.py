@@ -127,3 +127,98 @@ async def test_the_claim_of_a_pool_without_groups_reads_its_range_in_index_order
                     assert "Sort Key: (CASE" not in plan, (mode, limit, plan)  # only the bands are sorted
     finally:
         await conn.close()
+
+
+async def _vts(conn: asyncpg.Connection, pool: str) -> dict[str, float]:
+    return {r[0]: r[1] for r in await conn.fetch("SELECT grp, vt FROM groups WHERE pool = $1 AND grp <> ''", pool)}
+
+
+@pytest.mark.asyncio
+async def test_a_claim_never_waits_for_a_group_another_claim_holds_and_owes_its_turns(url: str, schema: str) -> None:
+    """Migration 0009: a claim that finds a group's row held by another claim (in flight, not
+    committed) claims its items anyway, other items (SKIP LOCKED), in turns counted in this call,
+    and writes the turns down as a debt; the group's next owner adds the debt to its vt. Under a
+    1 ms lock_timeout, a claim that waited for any lock would fail."""
+    holder = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    other = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            big = await pool.push_many([f"b{n}" for n in range(10)], group="big")
+            mid = await pool.push_many([f"m{n}" for n in range(10)], group="mid")
+            # The pool's first claim adds the row of its ungrouped items' turns: the next one that
+            # finds it uncommitted waits (once in a pool's life).
+            assert [i.id for i in await pool.claim_many(2, "w0")] == [big[0], mid[0]]
+            async with holder.transaction():
+                held = await holder.fetch("SELECT id, grp FROM claim_grouped(0, 'jobs', 'wA', 60, 2)")
+                assert [r[1] for r in held] == ["big", "mid"]  # both rows now held until the commit
+                await other.execute("SET lock_timeout = '1ms'")
+                rows = await other.fetch("SELECT id, grp, taken FROM claim_grouped(0, 'jobs', 'wB', 60, 4)")
+                # The holder's items are locked: the next ones, still in turns.
+                assert [(r[1], f"i{r[0]:016x}") for r in rows] == [
+                    ("big", big[2]), ("mid", mid[2]), ("big", big[3]), ("mid", mid[3]),
+                ]  # fmt: skip
+                owed = await other.fetch("SELECT grp, sum(turns) FROM group_debts GROUP BY grp ORDER BY grp")
+                assert [(r[0], r[1]) for r in owed] == [("big", 2.0), ("mid", 2.0)]
+            assert await _vts(other, "jobs") == {"big": 2.0, "mid": 2.0}  # the first claim's and the holder's
+            nxt = await pool.claim("wC")
+            # Its debts folded in, each group has had four turns; ties go by name.
+            assert nxt is not None and nxt.group == "big" and nxt.id == big[4]
+            assert await other.fetchval("SELECT count(*) FROM group_debts") == 0
+            assert await _vts(other, "jobs") == {"big": 5.0, "mid": 4.0}
+    finally:
+        await holder.close()
+        await other.close()
+
+
+@pytest.mark.asyncio
+async def test_a_limit_changes_between_claims_never_during_one(url: str, schema: str) -> None:
+    """[GR6, GR7] Migration 0009: a claim of a group without a limit takes no row lock the limit's
+    statement would wait for, so each claim holds the pool's settings lock shared and the limit
+    statements take it exclusive: a limit set while a claim is in flight waits for its commit
+    (here: fails under a 1 ms lock_timeout), and is set once the claim is done."""
+    holder = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    setter = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            await pool.push_many(["a", "b", "c"], group="t1")
+            q = schema_statements(schema)
+            await setter.execute("SET lock_timeout = '1ms'")
+            async with holder.transaction():
+                assert len(await holder.fetch("SELECT id FROM claim_grouped(0, 'jobs', 'wA', 60, 1)")) == 1
+                for name, args in (
+                    ("group_set_limit", ("jobs", "t1", 1)),
+                    ("group_set_default_limit", ("jobs", 1)),
+                    ("pool_set_limit", ("jobs", 1)),
+                ):
+                    with pytest.raises(asyncpg.LockNotAvailableError):
+                        await setter.execute(q[name], *args)
+            await setter.execute(q["group_set_limit"], "jobs", "t1", 1)
+            assert await pool.claim("wB") is None  # the claim committed first holds the one slot
+    finally:
+        await holder.close()
+        await setter.close()
+
+
+@pytest.mark.asyncio
+async def test_a_batch_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item(url: str, schema: str) -> None:
+    """[GR2] Migration 0009 claims a batch's items in one statement: a spent lease among a group's
+    items is poisoned and takes no turn, and the batch's rows are those one-item claims would take,
+    in their order (here: b1, then a's turn, which poisons a1 and takes a2, b2, a3)."""
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            a1 = await pool.push("a1", group="a", max_attempts=1)
+            a2, a3 = await pool.push_many(["a2", "a3"], group="a")
+            b1, b2 = await pool.push_many(["b1", "b2"], group="b")
+            first = await pool.claim("w1")
+            assert first is not None and first.id == a1
+            await conn.execute("UPDATE items SET lease_expires_at = lease_expires_at - 1000 WHERE state = 'claimed'")
+            taken = await pool.claim_many(4, "w1")
+            assert [i.id for i in taken] == [b1, a2, b2, a3]
+            spent = await pool.get(a1)
+            assert spent is not None and spent.state.name == "POISONED"
+    finally:
+        await conn.close()

@@ -563,7 +563,7 @@ WHERE s.item_id = i.id AND i.id = ANY($2::bigint[]) AND i.pool = $1 AND i.state 
 SELECT EXISTS (SELECT FROM @hive.group_pools WHERE pool = $1);
 
 -- claim_grouped --
--- The claim of a pool with groups (migration 0008): up to $5 items of pool $2 for worker
+-- The claim of a pool with groups (migrations 0008, 0009): up to $5 items of pool $2 for worker
 -- $3 with a lease of $4 s, in turn, within the limits; the rows of claim plus each item's
 -- group. A spent expired lease met on the way is poisoned and returned with taken = false.
 SELECT * FROM @hive.claim_grouped($1, $2, $3, $4, $5);
@@ -589,20 +589,31 @@ ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = tru
 
 -- group_set_limit --
 -- Group $2 of pool $1 holds at most $3 unexpired claims (NULL: no limit of its own).
-WITH grouped AS (
+-- Limits change between claims of the pool, never during one: the settings lock is taken
+-- exclusive first (claims hold it shared; migration 0009 says why).
+WITH settled AS (
+    SELECT pg_advisory_xact_lock(@hive.group_settings_key($1))
+), grouped AS (
     INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
 )
-INSERT INTO @hive.groups AS old (pool, grp, lim) VALUES ($1, $2, $3)
+INSERT INTO @hive.groups AS old (pool, grp, lim) SELECT $1, $2, $3 FROM settled
 ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim;
 
 -- group_set_default_limit --
 -- Every named group of pool $1 without a limit of its own holds at most $2 unexpired claims (NULL: none).
-INSERT INTO @hive.group_pools (pool, default_limit) VALUES ($1, $2)
+-- Under the settings lock, as group_set_limit.
+WITH settled AS (
+    SELECT pg_advisory_xact_lock(@hive.group_settings_key($1))
+)
+INSERT INTO @hive.group_pools (pool, default_limit) SELECT $1, $2 FROM settled
 ON CONFLICT (pool) DO UPDATE SET default_limit = excluded.default_limit;
 
 -- pool_set_limit --
--- Pool $1 holds at most $2 unexpired claims (NULL: no limit).
-INSERT INTO @hive.group_pools (pool, pool_limit) VALUES ($1, $2)
+-- Pool $1 holds at most $2 unexpired claims (NULL: no limit). Under the settings lock, as group_set_limit.
+WITH settled AS (
+    SELECT pg_advisory_xact_lock(@hive.group_settings_key($1))
+)
+INSERT INTO @hive.group_pools (pool, pool_limit) SELECT $1, $2 FROM settled
 ON CONFLICT (pool) DO UPDATE SET pool_limit = excluded.pool_limit;
 
 -- group_pause --
