@@ -97,7 +97,7 @@ _STATEMENT_DIGESTS = {
     "group_adopt_poisoned": "be2e7f80205d4677",
     "group_adopt_cancelled": "8b5dcf968af91c5e",
     "group_adopt_counts": "b58f66a801730815",
-    "group_claim_settings": "f334a905c7ee9b28",
+    "group_claim_settings": "b52e38f736a0af9f",  # version 10: and whether claims are counted
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",
@@ -106,6 +106,8 @@ _STATEMENT_DIGESTS = {
     "claim_items": "a82ca00781164980",
     "group_took_turns": "93ac24245234c8c8",
     "group_pool_vt": "567b456a2d31a068",
+    "group_count_claims": "52bdebbf3dfdf759",  # version 10
+    "group_recount": "9ae6cb76026a4a69",
     "group_set_weight": "53b253618a90f967",
     "group_set_limit": "96b97be4197d1680",
     "group_pause": "514b79fa1c340af5",

@@ -506,8 +506,9 @@ VALUES (?1, '', 1, NULL, 0, NULL,
 
 -- group_claim_settings --
 -- What a claim by turns of pool ?1 at time ?2 reads first: the pool's limit, default
--- group limit and virtual time, and whether it has an expired lease to settle.
-SELECT lim, default_lim, vt,
+-- group limit and virtual time, whether its groups' claims are counted (schema
+-- version 10), and whether it has an expired lease to settle.
+SELECT lim, default_lim, vt, counted,
     EXISTS (SELECT 1 FROM items INDEXED BY items_leases
             WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
 FROM group_pools WHERE pool = ?1
@@ -560,13 +561,34 @@ RETURNING
 
 -- group_took_turns --
 -- After a claim by turns (claim_items), for each group it served: its virtual time is
--- ?, it has ? more claims in flight, and its head is read again (pool ?, group ?;
+-- ?, it has ? more claims in flight (0 where they are not counted), and its head is
+-- read again (pool ?, group ?;
 -- plain `?`, as it runs once per served group by executemany). Schema version 9:
 -- the trigger no longer counts claims one item at a time.
 UPDATE groups SET vt = ?, inflight = inflight + ?,
     head = (SELECT max(priority) FROM items INDEXED BY items_group_ready
             WHERE pool = groups.pool AND grp = groups.grp AND state = 'pending')
 WHERE pool = ? AND grp = ?
+
+-- group_count_claims --
+-- Pool ?1's groups' claims in flight are counted while some group has a limit (its
+-- own, or the default for named groups): the flag follows, after a limit changed.
+-- Returns it only when it changed (no row: unchanged).
+UPDATE group_pools SET counted = (
+    default_lim IS NOT NULL OR EXISTS (SELECT 1 FROM groups WHERE pool = ?1 AND lim IS NOT NULL))
+WHERE pool = ?1
+    AND counted IS NOT (default_lim IS NOT NULL OR EXISTS (SELECT 1 FROM groups WHERE pool = ?1 AND lim IS NOT NULL))
+RETURNING counted
+
+-- group_recount --
+-- Every group of pool ?1 has as many claims in flight as items_leases holds for it
+-- (expired ones too, as the kept counts do until a claim settles them): taken once,
+-- when counting starts, in one pass over the pool's claims.
+WITH held AS MATERIALIZED (
+    SELECT grp, count(*) AS n FROM items INDEXED BY items_leases
+    WHERE pool = ?1 AND state = 'claimed' GROUP BY grp)
+UPDATE groups SET inflight = coalesce((SELECT n FROM held WHERE held.grp = groups.grp), 0)
+WHERE pool = ?1
 
 -- group_pool_vt --
 -- Pool ?2's virtual time is ?1.
