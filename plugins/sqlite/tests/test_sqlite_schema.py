@@ -30,6 +30,7 @@ _SCHEMA_DIGESTS = {
     8: "ddc02c5d2f3b3bbc",  # groups (0008_groups.sql)
     9: "09fbf1077ae391db",  # a claim by turns counts its groups (0009_group_claims.sql)
     10: "3b35f04af8e5ce38",  # claims counted only where a limit reads them, one state trigger (0010_group_counts.sql)
+    11: "75802b186ef72e64",  # items_ready holds ungrouped items only (0011_ready_ungrouped.sql)
 }
 
 
