@@ -366,6 +366,34 @@ async def test_a_waiter_is_not_woken_for_items_a_limit_or_a_pause_holds_back(sto
 
 
 @pytest.mark.asyncio
+async def test_a_grouped_pool_keeps_its_pending_items_in_the_group_index_alone(
+    store: SqliteStorage, tmp_path: Path
+) -> None:
+    """Version 11: items_ready holds ungrouped items; counts and due times read both ready indexes."""
+    from workhive_sqlite.ops import Operations
+
+    now = await store.now()
+    await store.push("q", _items(None, 2) + _items(None, 1, delay=30.0))  # a pool without groups
+    await store.push("p", _items(None, 2))  # ungrouped at first: joins '' when the pool uses groups
+    await store.push("p", _items("a", 3) + _items("b", 2, priority=5, delay=50.0) + _items("c", 1, delay=20.0))
+    # Entries per index, counted on its pages (SQLite's dbstat table): q's 3 items, p's 8.
+    entries = "SELECT name, sum(ncell) FROM dbstat WHERE name IN ('items_ready', 'items_group_ready') GROUP BY name"
+    try:
+        assert dict(_rows(tmp_path, entries)) == {"items_ready": 3, "items_group_ready": 8}
+    except sqlite3.OperationalError as exc:  # a SQLite built without SQLITE_ENABLE_DBSTAT_VTAB
+        assert "dbstat" in str(exc), exc
+    for pool, pending, delayed in (("p", 5, 3), ("q", 2, 1)):
+        stats = await store.stats(pool)
+        assert (stats.pending, stats.delayed, stats.oldest_pending_at) == (pending, delayed, now), pool
+    report = {g.group: (g.ready, g.waiting) for g in (await store.group_report("p")).groups}
+    assert report == {None: (2, 0), "a": (3, 0), "b": (0, 2), "c": (0, 1)}
+    await store.claim("p", "w", 5, LEASE)  # every ready item: the next comes due with c's, the earliest
+    assert (await store._run(Operations.next_due, ("p",)))["p"] == now + 20.0
+    assert (await store.stats("p")).oldest_pending_at is None
+    _check_counters(tmp_path)
+
+
+@pytest.mark.asyncio
 async def test_the_report_lists_a_group_by_its_own_settings_only_while_it_has_them(store: SqliteStorage) -> None:
     clock = store.clock  # type: ignore[attr-defined]
     await store.set_group_weight("p", "weighted", 1.0)  # set to the default: still its own
