@@ -29,6 +29,8 @@ _SCHEMA_DIGESTS = {
     7: "821668ef8e66aa2d",  # cancellation (0007_cancel.sql)
     8: "ddc02c5d2f3b3bbc",  # groups (0008_groups.sql)
     9: "09fbf1077ae391db",  # a claim by turns counts its groups (0009_group_claims.sql)
+    10: "3b35f04af8e5ce38",  # claims counted only where a limit reads them, one state trigger (0010_group_counts.sql)
+    11: "75802b186ef72e64",  # items_ready holds ungrouped items only (0011_ready_ungrouped.sql)
 }
 
 
@@ -151,3 +153,31 @@ async def test_a_version_1_file_is_migrated_with_its_counts(tmp_path: Path) -> N
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "items_finished" not in indexes and "items_poisoned" in indexes
+
+
+@pytest.mark.asyncio
+async def test_a_version_9_file_keeps_counting_where_a_limit_reads_the_counts(tmp_path: Path) -> None:
+    """Version 10 counts claims only in pools with a group limit; version 9's exact counts carry over there."""
+    path = tmp_path / "hive.db"
+    async with workhive.open(f"sqlite:///{path}") as hive:
+        for pool in ("own", "default", "none"):
+            await hive.pool(pool).push_many(["x", "y", "z"], group="a")
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        # Back to version 9: the flag and the one trigger go, version 9's two triggers come back.
+        conn.execute("BEGIN")
+        conn.execute("DROP TRIGGER groups_item_moved")
+        conn.execute("ALTER TABLE group_pools DROP COLUMN counted")
+        for statement in MIGRATIONS[8]:
+            if statement.lstrip().upper().startswith("CREATE TRIGGER"):
+                conn.execute(statement)
+        conn.execute("UPDATE groups SET lim = 2 WHERE pool = 'own'")
+        conn.execute("UPDATE group_pools SET default_lim = 1 WHERE pool = 'default'")
+        conn.execute("PRAGMA user_version = 9")
+        conn.execute("COMMIT")
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0] == 4
+    async with workhive.open(f"sqlite:///{path}") as hive:
+        assert [len(await hive.pool(p).claim_many(5, "w")) for p in ("own", "default", "none")] == [2, 1, 3]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert dict(conn.execute("SELECT pool, counted FROM group_pools")) == {"own": 1, "default": 1, "none": 0}
+        assert dict(conn.execute("SELECT pool, inflight FROM groups WHERE pool != 'none'")) == {"own": 2, "default": 1}

@@ -17,10 +17,10 @@ from workhive_sqlite.sqlfiles import migrations, queries, statements
 #: text without the whitespace between tokens, which SQLite ignores), taken from the statements
 #: as they were Python strings (commit 1908c47): moving them to queries.sql changed none.
 _STATEMENT_DIGESTS = {
-    "claim_one": "135f3115eb71442c",  # the group column read back, and no pool using groups (migration 8)
-    "claim_ready": "5eb359fbbf015ea4",  # likewise
-    "claim_any": "11f7ccc98e515bca",  # the group column read back (migration 8)
-    "peek": "49c5f59b306cc048",  # whether the pool uses groups (migration 8)
+    "claim_one": "94324e88a6e52584",  # version 11: items_ready holds ungrouped items
+    "claim_ready": "766f5160bab9e7ad",  # version 11: items_ready holds ungrouped items
+    "claim_any": "61217868870b56da",  # version 11: items_ready holds ungrouped items
+    "peek": "ebada1067abf0365",  # version 11: items_ready holds ungrouped items
     "poison_expired": "9dd5d8c4d3c80dd9",
     "complete": "9effb47c826ede61",
     "fail": "39f392a0cf665f63",
@@ -42,14 +42,14 @@ _STATEMENT_DIGESTS = {
     "refund_worker_in_pool": "e06d871a58cff254",
     "purge_candidates": "5ae0866551b5c84a",  # cancelled items too (migration 5)
     "purge_item": "1783d1dc7711c99a",
-    "count_pending": "4524328311d0a438",
-    "oldest_ready": "29746f21e4563521",
+    "count_pending": "8198f096c8af4bec",  # version 11: items_ready holds ungrouped items
+    "oldest_ready": "f4bac58dd61db31c",  # version 11: items_ready holds ungrouped items
     "count_expired": "a0873f22a1f03df1",
     "count_claimed": "7175ad3b46559833",
     "count_poisoned": "f43ef514397063e0",
     "pool_rows": "ef110fed242b0f3e",
     "pools": "15ccd110c86c1b15",
-    "next_pending": "dea4d779bdf46481",
+    "next_pending": "895250c96469dfdf",  # version 11: items_ready holds ungrouped items
     "next_lease_expiry": "3e3978d4ca91e781",
     "register_worker": "d25518a5f001e5d1",
     "worker_status": "54d2b91911898372",
@@ -97,7 +97,7 @@ _STATEMENT_DIGESTS = {
     "group_adopt_poisoned": "be2e7f80205d4677",
     "group_adopt_cancelled": "8b5dcf968af91c5e",
     "group_adopt_counts": "b58f66a801730815",
-    "group_claim_settings": "f334a905c7ee9b28",
+    "group_claim_settings": "b52e38f736a0af9f",  # version 10: and whether claims are counted
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",
@@ -106,15 +106,17 @@ _STATEMENT_DIGESTS = {
     "claim_items": "a82ca00781164980",
     "group_took_turns": "93ac24245234c8c8",
     "group_pool_vt": "567b456a2d31a068",
+    "group_count_claims": "52bdebbf3dfdf759",  # version 10
+    "group_recount": "9ae6cb76026a4a69",
     "group_set_weight": "53b253618a90f967",
     "group_set_limit": "96b97be4197d1680",
     "group_pause": "514b79fa1c340af5",
     "group_set_default_limit": "b38a78a5e82d5d27",
     "group_set_pool_limit": "a2ffe72324d92124",
     "group_report_settings": "d2afc49e6fa73ca4",
-    "group_report_pending": "199b61d12f2d781c",
+    "group_report_pending": "c6efdca7671e16cc",  # version 11: items_ready holds ungrouped items
     "group_report_claimed": "1764871a24b70b15",
-    "group_next_pending": "6c2cc87ef92ece3d",
+    "group_next_pending": "87618c18a92db68d",  # version 11: items_ready holds ungrouped items
     "group_next_resume": "e5bfd694716da867",
 }
 #: The same for the texts generated from a statement: 100 rows of insert_items, two keys of budget_tats.

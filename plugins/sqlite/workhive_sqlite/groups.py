@@ -1,4 +1,4 @@
-"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema versions 8-9).
+"""Groups on SQLite (``workhive.storage.ServesGroups``, rules GR1-GR9; schema versions 8-10).
 
 A pool uses groups from its first grouped push or group setting on (a
 ``group_pools`` row, never deleted); until then its claims are the plain ones
@@ -6,8 +6,11 @@ of ``ops`` and pay one probe of that table. From then on:
 
 * every item of the pool carries a group (``''`` for the ungrouped ones);
 * per group, ``head`` (the highest priority of its pending items) and
-  ``inflight`` (its claims) are kept: by triggers on ``items`` for every move
-  but a claim, and by the claim itself, once per group it served; a pool with
+  ``inflight`` (its claims) are kept: by a trigger on ``items`` for every move
+  but a claim, and by the claim itself, once per group it served; ``inflight``
+  only while some group of the pool has a limit (``group_pools.counted``,
+  version 10: otherwise no limit reads it, and a completion writes no group
+  row), taken once off ``items_leases`` when the first limit is set; a pool with
   a limit counts its unexpired claims off ``items_leases`` (about as many as its limit);
 * a claim (``claim_by_turns``) runs in one transaction (``BEGIN IMMEDIATE``;
   on the event loop's connection a deferred one whose first write fails,
@@ -117,7 +120,9 @@ def take_turns(
     execute = ops.conn.execute
     now = ops.clock()
     args = (pool, now)
-    pool_limit, default_limit, pool_vt, expired = execute(*_ops._bind(_Q["group_claim_settings"], args)).fetchone()
+    pool_limit, default_limit, pool_vt, counted, expired = execute(
+        *_ops._bind(_Q["group_claim_settings"], args)
+    ).fetchone()
     if expired:
         execute(*_ops._bind(_Q["poison_expired"], args))
         execute(*_ops._bind(_Q["group_settle_expired"], args))
@@ -130,8 +135,10 @@ def take_turns(
     rows = execute(
         *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
     ).fetchall()
+    # Claims in flight are counted only while a limit reads them (group_pools.counted, version 10).
     ops.conn.executemany(
-        _Q["group_took_turns"], [(vt, plan.taken[group], pool, group) for group, vt in plan.vts.items()]
+        _Q["group_took_turns"],
+        [(vt, plan.taken[group] if counted else 0, pool, group) for group, vt in plan.vts.items()],
     )
     if plan.pool_vt != pool_vt:
         execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
@@ -302,7 +309,13 @@ def pause_group(ops: Operations, pool: str, group: str, seconds: float | None) -
 
 def _set(ops: Operations, pool: str, statement: str, args: tuple[Any, ...]) -> None:
     use_groups(ops, pool)
-    ops.conn.execute(*_ops._bind(_Q[statement], args))
+    execute = ops.conn.execute
+    execute(*_ops._bind(_Q[statement], args))
+    # The groups' claims are counted only while some group has a limit (schema version 10):
+    # the first limit of a pool takes the counts once, in this transaction, off items_leases.
+    changed = execute(*_ops._bind(_Q["group_count_claims"], (pool,))).fetchone()
+    if changed is not None and changed[0]:
+        execute(*_ops._bind(_Q["group_recount"], (pool,)))
 
 
 def group_report(ops: Operations, pool: str) -> GroupReport:

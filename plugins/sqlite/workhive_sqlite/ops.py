@@ -561,7 +561,7 @@ class Operations:
         conn = self.conn
         # Counted per partial index (each item is in exactly one), never by a table scan.
         pending, ready = conn.execute(*_bind(_Q["count_pending"], (pool, now))).fetchone()
-        oldest = conn.execute(_Q["oldest_ready"], (pool, now)).fetchone()[0]
+        oldest = conn.execute(*_bind(_Q["oldest_ready"], (pool, now))).fetchone()[0]
         # Expired leases not yet settled count as what they already are: ready
         # again since their expiry, or poisoned when their attempts are spent.
         expired_ready, expired_spent, expired_oldest = conn.execute(_Q["count_expired"], (pool, now)).fetchone()

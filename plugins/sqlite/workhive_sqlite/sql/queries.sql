@@ -41,9 +41,11 @@ UPDATE items SET
 -- fragment: ready --
 -- The best ?3 ready pending items of pool ?1 at time ?2, read off the items_ready
 -- index in claim order: O(limit * log n) however deep the backlog. INDEXED BY pins
--- that plan: the planner has no statistics to choose it by.
+-- that plan: the planner has no statistics to choose it by. (Since version 11 that
+-- index holds ungrouped items only, `grp IS NULL`: a pool that uses groups is
+-- claimed by turns, off items_group_ready.)
 SELECT id FROM items INDEXED BY items_ready
-WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+WHERE pool = ?1 AND state = 'pending' AND grp IS NULL AND available_at <= ?2
 ORDER BY priority DESC, available_at, id LIMIT ?3
 
 -- fragment: no_expired --
@@ -90,7 +92,7 @@ WHERE id IN (
     SELECT id FROM (
         SELECT id, priority, t FROM (
             SELECT id, priority, available_at AS t FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2
+            WHERE pool = ?1 AND state = 'pending' AND grp IS NULL AND available_at <= ?2
             ORDER BY priority DESC, available_at, id LIMIT ?3)
         UNION ALL
         SELECT id, priority, t FROM (
@@ -107,7 +109,7 @@ RETURNING
 -- whether it has an expired lease, and whether it uses groups.
 SELECT
     (SELECT 1 FROM items INDEXED BY items_ready
-     WHERE pool = ?1 AND state = 'pending' AND available_at <= ?2 LIMIT 1),
+     WHERE pool = ?1 AND state = 'pending' AND grp IS NULL AND available_at <= ?2 LIMIT 1),
     (SELECT 1 FROM items INDEXED BY items_leases
      WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 LIMIT 1),
     (SELECT 1 FROM group_pools WHERE pool = ?1)
@@ -246,14 +248,27 @@ SELECT id FROM items WHERE pool = ? AND state IN ('done', 'poisoned', 'cancelled
 -- Delete item ? of pool ? if it is still finished before time ?.
 DELETE FROM items WHERE id = ? AND pool = ? AND state IN ('done', 'poisoned', 'cancelled') AND finished_at < ?
 
+-- fragment: pending --
+-- The pending items of pool ?1 (their group and available_at): the ungrouped ones off
+-- items_ready, the grouped ones off items_group_ready (version 11: each holds its own).
+SELECT grp, available_at FROM items INDEXED BY items_ready
+WHERE pool = ?1 AND state = 'pending' AND grp IS NULL
+UNION ALL
+SELECT grp, available_at FROM items INDEXED BY items_group_ready
+WHERE pool = ?1 AND state = 'pending' AND grp IS NOT NULL
+
 -- count_pending --
--- Pending items of pool ?1, and how many of them are ready at time ?2 (off items_ready,
--- never a table scan: stats counts per partial index).
-SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+-- Pending items of pool ?1, and how many of them are ready at time ?2 (off the two
+-- ready indexes, never a table scan: stats counts per partial index).
+SELECT count(*), count(CASE WHEN available_at <= ?2 THEN 1 END) FROM (
+    @pending()
+)
 
 -- oldest_ready --
--- When pool ?'s oldest pending item ready at time ? became available.
-SELECT min(available_at) FROM items WHERE pool = ? AND state = 'pending' AND available_at <= ?
+-- When pool ?1's oldest pending item ready at time ?2 became available.
+SELECT min(available_at) FROM (
+    @pending()
+) WHERE available_at <= ?2
 
 -- count_expired --
 -- Expired leases of pool ? at time ?: how many have attempts left, how many have not,
@@ -280,13 +295,13 @@ SELECT pool FROM pools WHERE items > 0 ORDER BY pool
 -- When pool ?1's next pending item comes due: the earliest available_at of each
 -- distinct priority (a loose scan of items_ready), so O(priorities * log n).
 WITH RECURSIVE levels(p) AS (
-    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending' AND grp IS NULL
     UNION ALL
     SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
+            WHERE pool = ?1 AND state = 'pending' AND grp IS NULL AND priority < levels.p)
     FROM levels WHERE levels.p IS NOT NULL)
 SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p))
+            WHERE pool = ?1 AND state = 'pending' AND grp IS NULL AND priority = levels.p))
 FROM levels WHERE levels.p IS NOT NULL
 
 -- next_lease_expiry --
@@ -506,8 +521,9 @@ VALUES (?1, '', 1, NULL, 0, NULL,
 
 -- group_claim_settings --
 -- What a claim by turns of pool ?1 at time ?2 reads first: the pool's limit, default
--- group limit and virtual time, and whether it has an expired lease to settle.
-SELECT lim, default_lim, vt,
+-- group limit and virtual time, whether its groups' claims are counted (schema
+-- version 10), and whether it has an expired lease to settle.
+SELECT lim, default_lim, vt, counted,
     EXISTS (SELECT 1 FROM items INDEXED BY items_leases
             WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
 FROM group_pools WHERE pool = ?1
@@ -560,13 +576,34 @@ RETURNING
 
 -- group_took_turns --
 -- After a claim by turns (claim_items), for each group it served: its virtual time is
--- ?, it has ? more claims in flight, and its head is read again (pool ?, group ?;
+-- ?, it has ? more claims in flight (0 where they are not counted), and its head is
+-- read again (pool ?, group ?;
 -- plain `?`, as it runs once per served group by executemany). Schema version 9:
 -- the trigger no longer counts claims one item at a time.
 UPDATE groups SET vt = ?, inflight = inflight + ?,
     head = (SELECT max(priority) FROM items INDEXED BY items_group_ready
             WHERE pool = groups.pool AND grp = groups.grp AND state = 'pending')
 WHERE pool = ? AND grp = ?
+
+-- group_count_claims --
+-- Pool ?1's groups' claims in flight are counted while some group has a limit (its
+-- own, or the default for named groups): the flag follows, after a limit changed.
+-- Returns it only when it changed (no row: unchanged).
+UPDATE group_pools SET counted = (
+    default_lim IS NOT NULL OR EXISTS (SELECT 1 FROM groups WHERE pool = ?1 AND lim IS NOT NULL))
+WHERE pool = ?1
+    AND counted IS NOT (default_lim IS NOT NULL OR EXISTS (SELECT 1 FROM groups WHERE pool = ?1 AND lim IS NOT NULL))
+RETURNING counted
+
+-- group_recount --
+-- Every group of pool ?1 has as many claims in flight as items_leases holds for it
+-- (expired ones too, as the kept counts do until a claim settles them): taken once,
+-- when counting starts, in one pass over the pool's claims.
+WITH held AS MATERIALIZED (
+    SELECT grp, count(*) AS n FROM items INDEXED BY items_leases
+    WHERE pool = ?1 AND state = 'claimed' GROUP BY grp)
+UPDATE groups SET inflight = coalesce((SELECT n FROM held WHERE held.grp = groups.grp), 0)
+WHERE pool = ?1
 
 -- group_pool_vt --
 -- Pool ?2's virtual time is ?1.
@@ -602,7 +639,9 @@ SELECT grp, weight, lim, paused_until, weight_set FROM groups WHERE pool = ?
 -- group_report_pending --
 -- Pending items of pool ?1 per group: ready at time ?2, and not yet due.
 SELECT grp, count(CASE WHEN available_at <= ?2 THEN 1 END), count(CASE WHEN available_at > ?2 THEN 1 END)
-FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending' GROUP BY grp
+FROM (
+    @pending()
+) GROUP BY grp
 
 -- group_report_claimed --
 -- Claimed items of pool ?1 per group at time ?2: unexpired, and expired with attempts left (ready again).
@@ -611,16 +650,19 @@ SELECT grp, count(CASE WHEN lease_expires_at > ?2 THEN 1 END),
 FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' GROUP BY grp
 
 -- group_next_pending --
--- When pool ?1's next pending item not yet due at time ?2 comes due: the earliest such
--- available_at of each distinct priority (a loose scan of items_ready, as next_pending).
-WITH RECURSIVE levels(p) AS (
-    SELECT max(priority) FROM items INDEXED BY items_ready WHERE pool = ?1 AND state = 'pending'
+-- When pool ?1 (which uses groups) has its next pending item not yet due at time ?2
+-- come due: the earliest such available_at of each group with pending items (read
+-- off groups_turns) and each distinct priority in it, a loose scan of
+-- items_group_ready, so O(groups * priorities * log n).
+WITH RECURSIVE levels(g, p) AS (
+    SELECT grp, head FROM groups INDEXED BY groups_turns WHERE pool = ?1 AND head IS NOT NULL
     UNION ALL
-    SELECT (SELECT max(priority) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority < levels.p)
+    SELECT g, (SELECT max(priority) FROM items INDEXED BY items_group_ready
+               WHERE pool = ?1 AND grp = levels.g AND state = 'pending' AND priority < levels.p)
     FROM levels WHERE levels.p IS NOT NULL)
-SELECT min((SELECT min(available_at) FROM items INDEXED BY items_ready
-            WHERE pool = ?1 AND state = 'pending' AND priority = levels.p AND available_at > ?2))
+SELECT min((SELECT min(available_at) FROM items INDEXED BY items_group_ready
+            WHERE pool = ?1 AND grp = levels.g AND state = 'pending' AND priority = levels.p
+                AND available_at > ?2))
 FROM levels WHERE levels.p IS NOT NULL
 
 -- group_next_resume --
