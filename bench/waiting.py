@@ -26,6 +26,12 @@ peak RSS are its own), all in one run at the same moment:
 * throughput of a no-op fleet at concurrency 16, 64 and 256 (2 processes),
   and the ratios to 16: more in flight must never mean less work done.
 
+Before any fleet starts, the checkout's packages are compiled to ``.pyc``
+(``support.compiled``), so that worker processes start as an installed
+workhive's do (pip compiles a wheel at install; an editable checkout under
+``PYTHONDONTWRITEBYTECODE`` would compile from source in every process); the
+header line says so, and start-up seconds are printed as before.
+
 The machine may be shared: the load (``uptime``) is printed beside the figures.
 Not a test: nothing here asserts a time.
 """
@@ -52,6 +58,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SUPPORT = HERE / "support"
+sys.path.insert(0, str(HERE.parent))  # the checkout: bench.support.compiled, not bench/ itself (see above)
+from bench.support.compiled import compile_checkout
+
 POSTGRES = os.environ.get("WORKHIVE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("WORKHIVE_REDIS_URL", "redis://127.0.0.1:6379/0")
 RUN = uuid.uuid4().hex[:8]
@@ -431,7 +440,7 @@ def main() -> None:
     total = args.processes * args.concurrency
     print(
         f"waiting fleet: {args.items:,} items of asyncio.sleep({args.sleep:g}), {args.processes} processes x "
-        f"{args.concurrency:,} in flight; ideal {total / args.sleep:,.0f}/s; {load()}"
+        f"{args.concurrency:,} in flight; ideal {total / args.sleep:,.0f}/s; {compile_checkout()}; {load()}"
     )
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.compiled import compile_checkout
 from support.peers import peers_line
 from support.procs import env_with_path, wait_for_lines
 
@@ -155,6 +156,7 @@ def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=50)
     args = parser.parse_args()
     print(peers_line("huey"), flush=True)
+    print(f"({compile_checkout()})", flush=True)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         rate, lat = bench_workhive(tmp, args.jobs, args.latency_samples)

@@ -10,7 +10,9 @@ minus that fixed cost. A drain of a few seconds is start-up for a good part
 (about 1.5 s on the loaded 2-core machine): the end-to-end rate of the same
 fleet grows with the backlog, the steady one does not. The handlers are
 ``support.handlers``'s, imported by the worker processes by module name
-(``handlers:noop``).
+(``handlers:noop``). Before the first fleet, the checkout is compiled to
+``.pyc`` (``support.compiled``): worker processes start as an installed
+workhive's do, and the output says so.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from support.compiled import compile_checkout
 from support.handlers import HANDLER_SECONDS
 
 __all__ = ["FIXED_JOBS", "SWEEP", "Drain", "drain_with_work", "sweep_lines", "work_sweep"]
@@ -55,8 +58,15 @@ class Drain(NamedTuple):
         return f"start-up and exit {self.fixed:.2f} s, steady {self.steady:,.0f} jobs/s"
 
 
+_compiled = False
+
+
 def _importable() -> None:
-    """Put ``bench/support`` first on this process's and its children's import path."""
+    """Put ``bench/support`` first on this process's and its children's import path; compile workhive once."""
+    global _compiled
+    if not _compiled:
+        print(f"  ({compile_checkout()})", flush=True)
+        _compiled = True
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)

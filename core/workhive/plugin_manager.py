@@ -7,7 +7,11 @@ blocks). The core's own built-ins go through the same registration path.
 Entry points are read with ``importlib.metadata`` — the API pluggy's own
 loader uses — one at a time, so that a plugin that fails to import can be
 reported (``on_error="warn"``, the CLI) or raised (``on_error="raise"``, the
-library default) without hiding the others.
+library default) without hiding the others. What was read is kept
+(``PluginManager.found``): a fleet's worker processes load the plugins their
+supervisor found (``found=``) instead of reading every installed distribution's
+metadata again, which with the import of ``importlib.metadata`` itself (zipfile,
+email, csv) was about a fifth of a worker's CPU before its first claim.
 
 >>> manager = PluginManager(entry_points=False)
 >>> "full-jitter" in manager.names("backoff")
@@ -17,10 +21,9 @@ True
 from __future__ import annotations
 
 import importlib
-import importlib.metadata as md
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -30,7 +33,7 @@ from workhive import hookspecs
 from workhive.errors import PluginConflict, PluginLoadError, PluginNotFound, PluginValidationError
 from workhive.plugin_types import PLUGIN_KINDS
 
-__all__ = ["PluginInfo", "PluginManager", "default_manager", "ENTRY_POINT_GROUP", "KNOWN_PACKAGES"]
+__all__ = ["FoundPlugin", "PluginInfo", "PluginManager", "default_manager", "ENTRY_POINT_GROUP", "KNOWN_PACKAGES"]
 
 ENTRY_POINT_GROUP = "workhive"
 
@@ -83,17 +86,65 @@ class PluginInfo:
         }
 
 
-def disabled_from_env() -> frozenset[str]:
-    """Plugin names listed in ``WORKHIVE_DISABLE_PLUGINS`` (comma-separated)."""
-    raw = os.environ.get("WORKHIVE_DISABLE_PLUGINS", "")
-    return frozenset(part.strip() for part in raw.split(",") if part.strip())
+@attrs.frozen
+class FoundPlugin:
+    """One entry point of the ``workhive`` group as read from the installed metadata."""
+
+    name: str
+    value: str  # "module" or "module:attribute.path", as in the entry point
+    distribution: str
+    version: str
+
+    def to_json(self) -> list[str]:
+        return [self.name, self.value, self.distribution, self.version]
+
+    @classmethod
+    def from_json(cls, data: Sequence[str]) -> FoundPlugin:
+        name, value, distribution, version = data
+        return cls(name, value, distribution, version)
+
+    def load(self) -> object:
+        """Import the entry point's object, as ``importlib.metadata.EntryPoint.load`` does."""
+        module_name, _, attribute = self.value.partition(":")
+        obj: object = importlib.import_module(module_name.strip())
+        for part in filter(None, attribute.strip().split(".")):
+            obj = getattr(obj, part)
+        return obj
+
+
+def find_plugins() -> tuple[str, tuple[FoundPlugin, ...]]:
+    """The core's version and the ``workhive`` entry points installed, from the packages' metadata.
+
+    The same distribution seen twice on ``sys.path`` gives its entry points once.
+    """
+    # Imported here: importlib.metadata (with zipfile, email, csv) is needed only to read the
+    # metadata, which a worker process is handed by its supervisor instead (``found=``).
+    import importlib.metadata as md
+
+    core_version = _core_version()
+    found: dict[tuple[str, str], FoundPlugin] = {}
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        if (ep.name, ep.value) in found:
+            continue
+        dist = ep.dist
+        dist_name, version = (dist.metadata["Name"], dist.version) if dist is not None else ("(unknown)", "")
+        found[(ep.name, ep.value)] = FoundPlugin(ep.name, ep.value, dist_name, version)
+    return core_version, tuple(found.values())
 
 
 def _core_version() -> str:
+    import importlib.metadata as md  # see find_plugins
+
     try:
         return md.version("workhive")
     except md.PackageNotFoundError:  # running from a source tree without install
         return "0+unknown"
+
+
+def disabled_from_env() -> frozenset[str]:
+    """Plugin names listed in ``WORKHIVE_DISABLE_PLUGINS`` (comma-separated)."""
+    raw = os.environ.get("WORKHIVE_DISABLE_PLUGINS", "")
+    return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
 class PluginManager:
@@ -102,6 +153,9 @@ class PluginManager:
     ``entry_points=False`` loads the built-ins only (``--no-plugins``).
     ``disabled`` defaults to ``WORKHIVE_DISABLE_PLUGINS``.
     ``on_error="warn"`` turns a plugin that fails to import into a warning.
+    ``found`` (the core's version and the entry points, as another manager's ``found``)
+    is used instead of reading the installed metadata: a fleet's worker processes get
+    their supervisor's, so both load the same plugins.
     """
 
     def __init__(
@@ -111,6 +165,7 @@ class PluginManager:
         disabled: Iterable[str] | None = None,
         on_error: Literal["raise", "warn"] = "raise",
         extra: Iterable[tuple[str, object]] = (),
+        found: tuple[str, Sequence[FoundPlugin]] | None = None,
     ) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
@@ -118,13 +173,20 @@ class PluginManager:
         self.on_error = on_error
         self._info: dict[str, PluginInfo] = {}
         self._dist: dict[str, tuple[str, str]] = {}
-        core = ("workhive", _core_version())
+        #: the core's version and the entry points read (none without ``entry_points``)
+        self.found: tuple[str, tuple[FoundPlugin, ...]]
+        if found is not None:
+            self.found = (found[0], tuple(found[1]) if entry_points else ())
+        elif entry_points:
+            self.found = find_plugins()
+        else:
+            self.found = (_core_version(), ())
+        core = ("workhive", self.found[0])
         for name, module in BUILTINS:
             self._register(name, importlib.import_module(module), core, builtin=True)
         for name, plugin in extra:
             self._register(name, plugin, ("(registered in code)", ""), builtin=False)
-        if entry_points:
-            self._load_entry_points()
+        self._load_entry_points(self.found[1])
         self._descriptors: dict[str, dict[str, Any]] = {}
         self._by_scheme: dict[str, dict[str, Any]] = {}
         self._collect()
@@ -134,14 +196,9 @@ class PluginManager:
         }
 
     # -- loading ------------------------------------------------------------
-    def _load_entry_points(self) -> None:
-        seen: set[tuple[str, str]] = set()
-        for ep in md.entry_points(group=ENTRY_POINT_GROUP):
-            if (ep.name, ep.value) in seen:  # the same dist on sys.path twice
-                continue
-            seen.add((ep.name, ep.value))
-            dist = ep.dist
-            dist_info = (dist.metadata["Name"], dist.version) if dist is not None else ("(unknown)", "")
+    def _load_entry_points(self, found: Iterable[FoundPlugin]) -> None:
+        for ep in found:
+            dist_info = (ep.distribution, ep.version)
             if ep.name in self.disabled:
                 self._info[ep.name] = PluginInfo(ep.name, *dist_info, status="blocked")
                 continue

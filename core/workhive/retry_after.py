@@ -32,7 +32,6 @@ import math
 import re
 import time
 from datetime import timezone
-from email.utils import parsedate_to_datetime
 
 __all__ = ["parse_retry_after"]
 
@@ -75,6 +74,10 @@ def parse_retry_after(value: str | bytes | float | None, *, now: float | None = 
 
 
 def _from_http_date(text: str, now: float) -> float | None:
+    # Imported here: the email package (email.utils, its date parser, calendar) is only needed
+    # for the rare HTTP-date form, and this module is on every worker process's start-up path.
+    from email.utils import parsedate_to_datetime
+
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):

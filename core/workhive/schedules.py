@@ -28,7 +28,6 @@ import datetime as dt
 import json
 import math
 import re
-import zoneinfo
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -39,6 +38,8 @@ from workhive.models import NewItem
 from workhive.validation import check_count, check_name, to_json
 
 if TYPE_CHECKING:
+    import zoneinfo
+
     from workhive.hive import Hive
 
 __all__ = [
@@ -90,6 +91,10 @@ def parse_every(value: str | float) -> float:
 
 
 def _zone(tz: str) -> zoneinfo.ZoneInfo:
+    # Imported here: every process imports this module (through the hive), few use a time zone;
+    # zoneinfo's import reads sysconfig for the tz search path.
+    import zoneinfo
+
     if not isinstance(tz, str) or not tz:
         raise InvalidArgument(f"time zone {tz!r} is not a name such as UTC or Europe/Berlin", tz=tz)
     try:

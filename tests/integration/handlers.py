@@ -156,3 +156,11 @@ def killer_beside_innocents(ctx: Any) -> dict[str, Any]:
 def bulky(ctx: Any) -> dict[str, Any]:
     """Returns a 16 KB result: enough of them fill a small disk mid-run."""
     return {"n": ctx.data["n"], "pad": "x" * 16384}
+
+
+def modules_seen(ctx: Any) -> dict[str, Any]:
+    """What the worker process had imported by its first items (the start-up path, test_runtime_seam)."""
+    import sys
+
+    watched = ("importlib.metadata", "workhive.runtime.supervisor", "workhive.runtime.fleet", "workhive.cli")
+    return {"imported": [m for m in watched if m in sys.modules], "plugins_env": "WORKHIVE_PLUGINS_FOUND" in os.environ}

@@ -46,8 +46,10 @@ from workhive.runtime.patience import WaitBudget, open_within_window, retry_wind
 from workhive.runtime.shared import (
     EXIT_UNHEALTHY,
     PATH_AFTER_ENV,
+    PLUGINS_FOUND_ENV,
     build_budgets,
     build_credentials,
+    found_from_env,
     metrics_enabled,
     open_hive,
     options_from_json,
@@ -59,6 +61,7 @@ from workhive.terminal import log_to_stderr
 if TYPE_CHECKING:
     from workhive.budgets import FleetBudgets
     from workhive.credentials import CredentialPool
+    from workhive.plugin_manager import FoundPlugin
 
 __all__ = ["IdleWaiter", "ProcessRuntime", "main"]
 
@@ -398,14 +401,16 @@ def _fatal_text(exc: WorkhiveError) -> str:
     return f"storage failed: {text}" if isinstance(exc, StorageError) else text
 
 
-async def _child_main(options: FleetOptions, sink: ev.PipeSink) -> int:
+async def _child_main(
+    options: FleetOptions, sink: ev.PipeSink, found: tuple[str, tuple[FoundPlugin, ...]] | None = None
+) -> int:
     loop = asyncio.get_running_loop()
     short = fit_descriptor_limit(options.concurrency)
     if short is not None:
         log.warning("%s", short)
     try:
         handler = load_handler(options.handler)
-        hive = open_hive(options)
+        hive = open_hive(options, found)
         await open_within_window(hive)  # a store out for a moment must not end a replacement process
     except ConfigError as exc:
         sink(ev.FATAL, ExitCode.CONFIG, str(exc))
@@ -461,6 +466,8 @@ def main(argv: list[str] | None = None) -> None:
     for entry in os.environ.pop(PATH_AFTER_ENV, "").split(os.pathsep):  # the parent's order (see _child_env)
         if entry and entry not in sys.path:
             sys.path.append(entry)
+    # Popped like the path: a handler's own subprocesses are not worker processes.
+    found = found_from_env(os.environ.pop(PLUGINS_FOUND_ENV, ""))
     parser = argparse.ArgumentParser(prog="python -m workhive.runtime")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--log-level", default="WARNING")
@@ -473,7 +480,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as exc:
         sink(ev.FATAL, ExitCode.CONFIG, f"bad process configuration on stdin: {exc}")
         os._exit(ExitCode.CONFIG)
-    code = asyncio.run(_child_main(options, sink))
+    code = asyncio.run(_child_main(options, sink, found))
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: a sync handler still running in a thread after the grace period

@@ -6,11 +6,13 @@ The parent writes a ``FleetOptions`` as JSON on the child's stdin
 (``build_credentials``, ``build_budgets``: the parent once, to refuse bad
 configuration before any process starts). ``EXIT_UNHEALTHY`` and
 ``PATH_AFTER_ENV`` are the exit code and environment variable that pass
-between them.
+between them; ``PLUGINS_FOUND_ENV`` hands the children the plugins the parent
+found, so that they load the same ones without reading the installed metadata.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,7 @@ import attrs
 import workhive
 from workhive.errors import ConfigError
 from workhive.hive import Hive
-from workhive.plugin_manager import PluginManager
+from workhive.plugin_manager import FoundPlugin, PluginManager
 from workhive.redaction import register_url_password
 from workhive.runtime.call_counts import COUNT_CALLS_ENV, CountingBackend
 from workhive.runtime.options import FleetOptions
@@ -32,9 +34,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_UNHEALTHY",
     "PATH_AFTER_ENV",
+    "PLUGINS_FOUND_ENV",
     "build_budgets",
     "build_credentials",
     "metrics_enabled",
+    "found_from_env",
+    "found_to_env",
     "open_hive",
     "options_from_json",
     "options_to_json",
@@ -46,6 +51,26 @@ EXIT_UNHEALTHY = 3
 #: import-path entries the supervisor had after its site-packages, which a worker process appends
 #: to its own (PYTHONPATH would put them first; see ``supervisor._child_env``)
 PATH_AFTER_ENV = "WORKHIVE_PATH_AFTER"
+
+#: the core's version and the plugin entry points the supervisor found (``PluginManager.found``) as JSON;
+#: a worker process loads these instead of reading every installed distribution's metadata
+PLUGINS_FOUND_ENV = "WORKHIVE_PLUGINS_FOUND"
+
+
+def found_to_env(found: tuple[str, tuple[FoundPlugin, ...]]) -> str:
+    """``PluginManager.found`` as the value of ``PLUGINS_FOUND_ENV``."""
+    return json.dumps([found[0], [plugin.to_json() for plugin in found[1]]])
+
+
+def found_from_env(text: str) -> tuple[str, tuple[FoundPlugin, ...]] | None:
+    """What ``found_to_env`` wrote; None (read the metadata then) when empty or malformed."""
+    if not text:
+        return None
+    try:
+        version, plugins = json.loads(text)
+        return str(version), tuple(FoundPlugin.from_json(p) for p in plugins)
+    except (ValueError, TypeError):
+        return None
 
 
 def options_to_json(options: FleetOptions) -> dict[str, Any]:
@@ -65,8 +90,12 @@ def metrics_enabled(options: FleetOptions) -> bool:
     return options.metrics_port is not None and bool(os.environ.get(ENV))
 
 
-def open_hive(options: FleetOptions) -> Hive:
-    """The fleet's hive, not opened yet: storage, locks, backoff and plugins; URL passwords registered as secrets."""
+def open_hive(options: FleetOptions, found: tuple[str, tuple[FoundPlugin, ...]] | None = None) -> Hive:
+    """The fleet's hive, not opened yet: storage, locks, backoff and plugins; URL passwords registered as secrets.
+
+    ``found``: the plugins to load instead of reading the installed metadata (a worker
+    process gets its supervisor's).
+    """
     register_url_password(options.storage)
     register_url_password(options.locks)
     extra: list[tuple[str, object]] = []
@@ -74,7 +103,7 @@ def open_hive(options: FleetOptions) -> Hive:
         from workhive.metrics import MetricsPlugin
 
         extra.append(("workhive-metrics", MetricsPlugin()))
-    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra)
+    manager = PluginManager(entry_points=not options.no_plugins, on_error="warn", extra=extra, found=found)
     hive = workhive.open(
         options.storage,
         locks=options.locks,

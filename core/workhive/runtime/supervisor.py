@@ -43,7 +43,9 @@ from workhive.runtime.relay import OutputRelay
 from workhive.runtime.shared import (
     EXIT_UNHEALTHY,
     PATH_AFTER_ENV,
+    PLUGINS_FOUND_ENV,
     build_credentials,
+    found_to_env,
     metrics_enabled,
     options_to_json,
 )
@@ -222,6 +224,7 @@ class Supervisor:
         self._busy = self._waited = self._calls = self._waits_since = 0.0  # see _timed
         self._wakeup = asyncio.Event()
         self._env = _child_env()
+        self._env[PLUGINS_FOUND_ENV] = found_to_env(hive.manager.found)
 
     def _budget_rate(self) -> float | None:
         """What the fleet's keys allow together, from ``--credentials`` (their rpm/tpm), or None."""
