@@ -6,9 +6,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from workhive.lazy import lazy_attributes
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
@@ -44,14 +44,7 @@ _LAZY = {
     "renderer_for": "workhive.runtime.progress",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # found directly from now on
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -27,7 +27,9 @@ such as ``workhive.testing.locks`` and are imported by path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workhive.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from workhive.testing.clock import ManualClock
@@ -42,13 +44,6 @@ _HOMES = {
     "StorageStatefulContract": "workhive.testing.stateful",
 }
 
-
-def __getattr__(name: str) -> Any:
-    # Lazy, so that importing a sibling suite (workhive.testing.locks) or the
-    # clock does not pull in pytest and hypothesis.
-    module = _HOMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workhive.testing' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+# Lazy, so that importing a sibling suite (workhive.testing.locks) or the
+# clock does not pull in pytest and hypothesis.
+__getattr__ = lazy_attributes(__name__, _HOMES)
