@@ -86,6 +86,9 @@ ACK_BATCH_MAX = 500
 CLAIM_GATHER_SECONDS = 0.05
 MAX_CLAIM = 1000
 
+#: characters of item ids in one DONE event: with the rest of the line, well under PIPE_BUF (events.PipeSink)
+DONE_EVENT_CHARS = 2500
+
 #: claims announced in one STARTS event: well under PIPE_BUF, so that the write is atomic (events.PipeSink)
 STARTS_PER_EVENT = 50
 
@@ -151,12 +154,14 @@ class Worker:
         self._free_lanes = list(range(self.capacity - 1, -1, -1))
         self._lanes: set[asyncio.Task[None]] = set()
         self._lane_freed = asyncio.Event()
+        self._wake_at_free = 1  # free lanes at which a lane ending wakes the claim loop (_wait_for_lane)
         self._kick = asyncio.Event()  # an idle claim loop has something to do: settlements to send again
         self._crashed: BaseException | None = None  # a lane that raised: the worker ends with it
         self._lanes_cancelled = False  # the grace period ran out: run() cancels every lane
         self.items_in_flight = 0  # claimed items whose lane has not ended
         self._flushes: set[asyncio.Future[None]] = set()  # completions being sent, waited for before exit
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_queued: asyncio.Future[None] | None = None  # a flush made that has not taken its completions yet
         self._cancelled_count: int | None = None  # the pool's cancelled items at the last look (check_cancelled)
         self._last_status: WorkerStatus | None = None
         self._reported_in_flight: int | None = None  # the count the registry's detail says (report_in_flight)
@@ -601,7 +606,8 @@ class Worker:
             self.items_in_flight -= len(items)
             self._lanes.discard(me)  # type: ignore[arg-type]
             self._free_lanes.append(lane)
-            self._lane_freed.set()
+            if len(self._free_lanes) >= self._wake_at_free or self._crashed is not None:
+                self._lane_freed.set()
 
     async def _wait_for_lane(self, timeout: float | None, *, until_free: int = 1) -> None:
         """Wait for lanes to end, or for the process to stop.
@@ -616,6 +622,10 @@ class Worker:
             if left is not None and (left <= 0 or len(self._free_lanes) >= until_free):
                 return
             self._lane_freed.clear()
+            # Woken once enough lanes are free, not by every lane that ends (hundreds per claim at
+            # high concurrency, each a wake-up with two futures made); a lane that crashed or the
+            # process stopping still wakes it (the deadline bounds the rest).
+            self._wake_at_free = 1 if deadline is None else until_free
             freed = asyncio.ensure_future(self._lane_freed.wait())
             stop = asyncio.ensure_future(self.rt.stop_event.wait())
             try:
@@ -670,13 +680,19 @@ class Worker:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        flush = asyncio.ensure_future(self._flush_acks())
+        if self._flush_queued is not None:
+            # One already made that has not run yet takes every completion waiting when it does:
+            # a lane whose items never yield (a no-op handler) asked for one per item once due.
+            return self._flush_queued
+        flush = self._flush_queued = asyncio.ensure_future(self._flush_acks())
         self._flushes.add(flush)
         flush.add_done_callback(self._flush_ended)
         return flush
 
     def _flush_ended(self, flush: asyncio.Future[None]) -> None:
         self._flushes.discard(flush)
+        if self._flush_queued is flush:  # cancelled before it ran: the completions are still waiting
+            self._flush_queued = None
         if not flush.cancelled() and flush.exception() is not None:
             # _complete turns storage errors into settlements to send again; anything else is a bug.
             log.error("worker %s: sending completions crashed: %r", self.worker_id, flush.exception())
@@ -693,6 +709,7 @@ class Worker:
             self._start_flush()
 
     async def _flush_acks(self) -> None:
+        self._flush_queued = None
         acks, self._acks = self._acks, []
         if acks:
             await self._complete(acks)
@@ -741,7 +758,7 @@ class Worker:
             self.storage_faults = 0
         if done:
             # With the ids: if this process dies now, the supervisor knows which were counted.
-            self.rt.emit(ev.DONE, len(done), *done)
+            self._emit_done(done)
             # Completions free slots: a claim that came back empty because a group or the pool was at
             # its limit can take more now. Backends do not wake waiters for a completion, so an idle
             # claim loop would otherwise sleep out its wait (a second with wake-ups) at every limit.
@@ -752,6 +769,28 @@ class Worker:
                 self.worker_id,
                 ", ".join(lost),
             )
+
+    def _emit_done(self, done: list[str]) -> None:
+        """DONE events for ``done``, as many as it takes for each line to stay whole (events.PipeSink).
+
+        One event for a whole ``complete_many`` (up to a claim's worth of ids) was longer than a
+        pipe write may be, and the sink cut its ids to one string: the supervisor then never heard
+        which claims ended (its record of them grew with every item, and a process that died
+        later had all of them read back and counted once more).
+        """
+        emit = self.rt.emit
+        chunk: list[str] = []
+        chars = 0
+        for item_id in done:
+            # what the id takes in the JSON line, at most: escapes for anything but letters and digits
+            width = len(item_id) + 3 if item_id.isascii() and item_id.isalnum() else 12 * len(item_id) + 3
+            if chunk and chars + width > DONE_EVENT_CHARS:
+                emit(ev.DONE, len(chunk), *chunk)
+                chunk, chars = [], 0
+            chunk.append(item_id)
+            chars += width
+        if chunk:
+            emit(ev.DONE, len(chunk), *chunk)
 
     async def _refused_results(self, acks: list[tuple[WorkItem, Any]], exc: InvalidArgument, *, resent: bool) -> None:
         """Storage refused a value before writing anything (a result too large for it): fail that item, with why.
