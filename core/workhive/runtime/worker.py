@@ -830,8 +830,10 @@ class Worker:
             if announced is None or alone or announced != rt.gate.exclusive_runs:
                 rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
             with tracing.handling(rt.pool.name, item, self.worker_id):  # the item's trace goes on here
+                keys = rt.keys
                 try:
-                    key = await rt.keys.take(item)
+                    # Without keys every item shares the one no_key (take and give_back do nothing for it).
+                    key = keys.no_key if keys.credentials is None else await keys.take(item)
                 except InvalidArgument as exc:
                     # The handler's token estimate is not a number, or can never fit the key's
                     # budget (BudgetUnsatisfiable): no retry can help this item.
@@ -891,11 +893,13 @@ class Worker:
                             await self._settle(item, None, result, key)
                     finally:
                         key.usage = ctx.usage
-                        # After the settle: an item already running when its group's budget runs out finishes.
-                        await rt.group_budgets.charge(item.group, ctx.usage)
+                        if ctx.usage and item.group is not None:  # (charge does nothing otherwise)
+                            # After the settle: an item already running when its group's budget runs out finishes.
+                            await rt.group_budgets.charge(item.group, ctx.usage)
                     return took
                 finally:
-                    await rt.keys.give_back(key)
+                    if key is not keys.no_key:
+                        await keys.give_back(key)
 
     async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
         """Run the handler for ``item``, where ``cancel_running`` can reach it.
@@ -1083,7 +1087,8 @@ class Worker:
                     self.health.failure()
                     await self._fail(item, bad)
                     return
-            await key.report(Outcome.OK)
+            if key.credential is not None or key.reservation is not None:  # (nothing to tell otherwise)
+                await key.report(Outcome.OK)
             self.health.success()
             if not self._acks:
                 self._oldest_ack = time.monotonic()
@@ -1122,8 +1127,9 @@ class Worker:
                 await self._ended_process(item, exc)
                 break
             await self._settle(item, exc, result)  # type: ignore[arg-type]
-        for item, *_ in ran:  # after the settles: items already running when a budget runs out finish
-            await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
+        if self.thread_usage:  # after the settles: items already running when a budget runs out finish
+            for item, *_ in ran:
+                await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
         return len(ran), sum(elapsed for *_, elapsed in ran)
 
     async def _ended_process(self, item: WorkItem, exc: BaseException) -> None:
