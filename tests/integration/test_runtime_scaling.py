@@ -45,12 +45,18 @@ class _Counting:
         return await self._inner.complete(pool, acks)
 
 
-async def _drain(monkeypatch: pytest.MonkeyPatch, concurrency: int, handler: str) -> dict[str, Any]:
+async def _drain(monkeypatch: pytest.MonkeyPatch, concurrency: int, handler: str, items: int = ITEMS) -> dict[str, Any]:
     from workhive.runtime import worker as worker_module
 
-    counts = {"flushes": 0, "empty_flushes": 0, "wakeups": 0}
+    counts = {"flushes": 0, "empty_flushes": 0, "wakeups": 0, "lanes": 0, "held": 0}
     flush_acks = worker_module.Worker._flush_acks
     wait_for_lane = worker_module.Worker._wait_for_lane
+    start_lanes = worker_module.Worker._start_lanes
+
+    def counted_lanes(self: Any, items: list[Any], size: int) -> None:
+        counts["lanes"] += -(-len(items) // max(1, size))
+        counts["held"] = max(counts["held"], self.items_in_flight + len(items))
+        start_lanes(self, items, size)
 
     async def counted_flush(self: Any) -> None:
         counts["flushes"] += 1
@@ -63,20 +69,21 @@ async def _drain(monkeypatch: pytest.MonkeyPatch, concurrency: int, handler: str
 
     monkeypatch.setattr(worker_module.Worker, "_flush_acks", counted_flush)
     monkeypatch.setattr(worker_module.Worker, "_wait_for_lane", counted_wait)
+    monkeypatch.setattr(worker_module.Worker, "_start_lanes", counted_lanes)
     storage = _Counting(workhive.open("memory://").storage)
     async with workhive.open(storage) as hive:  # type: ignore[arg-type]
         pool = hive.pool("jobs")
-        ids = await pool.push_many([{"n": n} for n in range(ITEMS)])
+        ids = await pool.push_many([{"n": n} for n in range(items)])
         opts = FleetOptions(pool="jobs", handler=handler, concurrency=concurrency, heartbeat=0.2, lease=30.0)
         sink = ListSink()
         code = await ProcessRuntime(opts, hive=hive, sink=sink).run(stop_when_empty=True)
-        items = [await pool.get(i) for i in ids]
+        stored = [await pool.get(i) for i in ids]
     monkeypatch.undo()
     tally = Tally()
     for event in sink.events:
         tally.apply(event)
-    assert code == 0 and tally.done == ITEMS
-    assert all(item.state is ItemState.DONE for item in items)
+    assert code == 0 and tally.done == items
+    assert all(item.state is ItemState.DONE for item in stored)
     return {**counts, "claims": storage.claims, "completes": storage.completes, "events": sink.events, "ids": ids}
 
 
@@ -95,6 +102,21 @@ async def test_calls_per_item_do_not_grow_with_concurrency(monkeypatch, handler)
         assert run["flushes"] <= 2 * run["completes"] + 4, (run["flushes"], run["completes"])
     # The claim loop is woken when a claim's worth of lanes is free, not by every lane that ends.
     assert high["wakeups"] <= max(low["wakeups"] + 4, 2 * low["wakeups"]), (low["wakeups"], high["wakeups"])
+
+
+@pytest.mark.asyncio
+async def test_instant_handlers_fill_fewer_lanes_within_the_held_bound(monkeypatch):
+    """A handler that never waits gains nothing from a lane (a task) per few items: 256 lanes run as few as 16."""
+    from workhive.runtime import worker as worker_module
+
+    items = 20_000  # the batches double from one item: most of a few thousand go by while they grow
+    low = await _drain(monkeypatch, 16, "handlers:noop_async", items)
+    high = await _drain(monkeypatch, 256, "handlers:noop_async", items)
+    # Before: ADAPTIVE_MAX_HELD // 256 = 4 items a lane, 5,000 lanes for 20,000 items.
+    # (About a thousand of them while the batches grow from one item each, then one per 128.)
+    assert high["lanes"] < items // 16, (low["lanes"], high["lanes"])
+    for run in (low, high):
+        assert run["held"] <= worker_module.ADAPTIVE_MAX_HELD, run["held"]
 
 
 @pytest.mark.asyncio

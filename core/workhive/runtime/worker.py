@@ -66,6 +66,11 @@ log = logging.getLogger("workhive.runtime.worker")
 ADAPTIVE_MAX_CLAIM = 128
 ADAPTIVE_MAX_HELD = 1024
 FAST_HANDLER_SECONDS = 0.002
+#: handlers this quick on average (a no-op, a dict lookup) never wait on anything, so lanes give them
+#: no concurrency, only a task each: their batches grow to ADAPTIVE_MAX_CLAIM whatever the concurrency,
+#: fewer lanes carrying them, and the claim itself keeps what the process holds within ADAPTIVE_MAX_HELD
+#: (at concurrency 256 a batch of 4 a lane made a task, and its bookkeeping, for every 4 items)
+INSTANT_HANDLER_SECONDS = 0.0001
 
 #: storage calls failing this many times with no item finished in between (claims pausing,
 #: doubling up to CLAIM_RETRY_MAX seconds) mean the fault lasts: the process stops and the
@@ -430,6 +435,13 @@ class Worker:
                     break
             size = self.claim_size  # as claimed: a lane ending meanwhile may change claim_size
             want = min(MAX_CLAIM, len(self._free_lanes) * size)
+            if size > self._max_lane_batch:
+                # Batches past the per-lane bound (instant handlers): the claim keeps the bound on what
+                # the process holds, and when that is reached it waits for a lane, with lanes free.
+                want = min(want, ADAPTIVE_MAX_HELD - self.items_in_flight)
+                if want < size and self._lanes:  # less than a batch: a lane ending frees one
+                    await self._wait_for_lane(None)
+                    continue
             # From here on a settlement that frees a slot kicks the wait below: one made while this
             # claim is on its way may have come too late for it.
             self._kick.clear()
@@ -592,10 +604,18 @@ class Worker:
                 # Judged by the handlers' own time per item, not the lane's: with many lanes the
                 # lane's wall time is the other lanes' too (and its completions' round trip), so
                 # fast handlers looked slow and each item kept a lane (a task) of its own.
-                if handler_seconds / ran >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
+                per_item = handler_seconds / ran
+                if per_item >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
                     self.claim_size = 1
+                elif per_item >= INSTANT_HANDLER_SECONDS:
+                    if self.claim_size > self._max_lane_batch:
+                        # No longer instant (or a pause, a collection, in a short batch): halved, back to
+                        # the lanes' share within a few batches if it lasts.
+                        self.claim_size = max(self._max_lane_batch, self.claim_size // 2)
+                    elif len(items) == self.claim_size:
+                        self.claim_size = min(self._max_lane_batch, self.claim_size * 2)
                 elif len(items) == self.claim_size:
-                    self.claim_size = min(self._max_lane_batch, self.claim_size * 2)
+                    self.claim_size = min(max(self._max_lane_batch, ADAPTIVE_MAX_CLAIM), self.claim_size * 2)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug in the runtime, not a handler's: the process stops, as it did
