@@ -18,6 +18,7 @@ from workhive.runtime import events as ev
 from workhive.runtime.events import ListSink, PipeSink, Tally
 from workhive.runtime.options import FleetOptions
 from workhive.runtime.process import ProcessRuntime
+from workhive.runtime.supervisor import _decode
 
 pytest.importorskip("workhive_memory")
 pytestmark = pytest.mark.usefixtures("handlers_on_path")  # the fixture is in conftest.py
@@ -150,3 +151,21 @@ def test_start_lines_are_what_the_encoder_writes(event):
     assert line.endswith(b"\n")
     assert json.loads(line) == json.loads(json.dumps(list(event)))
     assert line == (json.dumps(list(event), separators=(",", ":")) + "\n").encode()
+    # ...and the supervisor reads it back as json.loads does, with or without its short cut.
+    assert _decode(line.rstrip(b"\n")) == json.loads(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'["start","h#1","i1",7,0]',
+        b'["start","h#1","i1",7,true]',
+        b'["start","h#1","a\\"b",7,0]',
+        b'["start","h#1","i1",-7,0]',
+        b'["start","h#1","i1",7,0,1]',
+        b'["start","h","#1","i1",7]',
+        b'["done",2,"i1","i2"]',
+    ],
+)
+def test_the_supervisor_reads_event_lines_as_json_does(line):
+    assert _decode(line) == json.loads(line)
