@@ -12,8 +12,8 @@ import json
 import os
 import socket
 import uuid
-from functools import cached_property
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
@@ -114,6 +114,36 @@ class Ack:
     result: str | None = None
 
 
+_T = TypeVar("_T")
+
+
+class _cached_property(Generic[_T]):
+    """``functools.cached_property`` without its lock (Python before 3.12 takes one per first read).
+
+    The values cached are pure functions of the item's fields, so two threads that
+    compute one at once store the same value; a claim builds items by the thousand and
+    the worker reads ``timeout`` of each, where that lock cost more than the read.
+    """
+
+    def __init__(self, func: Callable[[Any], _T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _cached_property[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> _T | _cached_property[_T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)  # read from the instance's dict from now on
+        return value
+
+
 # Not slotted: a frozen slotted class sets each field through object.__setattr__,
 # a dict-backed one writes its __dict__ directly, which halves the cost of
 # building the snapshot every claim returns. Still frozen for callers.
@@ -158,12 +188,12 @@ class WorkItem:
         """
         return f"{self.id}.{self.token}"
 
-    @cached_property
+    @_cached_property
     def data(self) -> Any:
         """The pushed data, decoded from JSON."""
         return unseal(self.payload)  # without its envelope (workhive.envelope), if it has one
 
-    @cached_property
+    @_cached_property
     def timeout(self) -> float | None:
         """Seconds its handler may run, as pushed (``push(..., timeout=)``); None: the fleet's ``--timeout``.
 
@@ -175,7 +205,7 @@ class WorkItem:
         found = headers(self.payload).get(TIMEOUT_HEADER)  # one startswith when there is no envelope
         return None if found is None else float(found)
 
-    @cached_property
+    @_cached_property
     def result(self) -> Any:
         """The handler's result (None if not completed or no result)."""
         return None if self.result_payload is None else json.loads(self.result_payload)

@@ -19,6 +19,11 @@ def noop(ctx: Any) -> None:
     return None
 
 
+async def noop_async(ctx: Any) -> None:
+    """Never yields: a lane runs its whole batch in one go (the scaling tests)."""
+    return None
+
+
 def echo_sync(ctx: Any) -> dict[str, Any]:
     return {"n": ctx.data["n"], "attempt": ctx.attempt, "worker": ctx.worker_id, "sync": True}
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol
 
 import attrs
 
-from workhive.redaction import scrub_data
+from workhive.redaction import scrub, scrub_data
 
 __all__ = ["EventSink", "ListSink", "PipeSink", "Tally"]
 
@@ -55,6 +56,8 @@ class EventSink(Protocol):
 
 #: one encoder for every event: ``json.dumps`` with separators builds a new encoder per call, per item here
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
+#: a string as ``_ENCODE`` writes it (ASCII, escaped)
+_STRING = encode_basestring_ascii
 
 
 class PipeSink:
@@ -64,10 +67,22 @@ class PipeSink:
         self.fd = fd
 
     def __call__(self, *event: Any) -> None:
+        if len(event) == 5 and event[0] == START:
+            # The one event written per item (a claim starting): formatted directly, the same line
+            # the encoder writes, for a fifth of its cost.
+            _, lane, item_id, token, alone = event
+            if type(lane) is str and type(item_id) is str and type(token) is int and type(alone) is int:
+                line = f'["start",{_STRING(scrub(lane))},{_STRING(scrub(item_id))},{token},{alone}]'
+                if len(line) <= 3000:
+                    self._write(line)
+                    return
         event = scrub_data(event)  # reasons and messages may quote an API body that echoes a key
         line = _ENCODE(event)
         if len(line) > 3000:  # stay under PIPE_BUF so the write is atomic
             line = json.dumps([*event[:2], str(event[2:])[:2000]], separators=(",", ":"))
+        self._write(line)
+
+    def _write(self, line: str) -> None:
         try:
             os.write(self.fd, (line + "\n").encode())
         except OSError:  # the supervisor is gone; nobody is listening any more

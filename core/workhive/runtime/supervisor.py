@@ -86,6 +86,24 @@ SCHEDULES_EVERY = 1.0
 CALL_DECAY = 0.95
 
 
+_START = b'["start","'
+
+
+def _decode(line: bytes) -> list[Any]:
+    """One event line as ``json.loads`` reads it; START, one per item, read without it when it can be.
+
+    A START line as the children's sink writes it (``events.PipeSink``) with no escape in it:
+    every ``"`` delimits a string, so splitting on them reads it, in a third of the time.
+    """
+    if line.startswith(_START) and b"\\" not in line:
+        parts = line[len(_START) :].split(b'"')
+        if len(parts) == 4 and parts[1] == b"," and parts[3].startswith(b",") and parts[3].endswith(b"]"):
+            numbers = parts[3][1:-1].split(b",")
+            if len(numbers) == 2 and numbers[0].isdigit() and numbers[1].isdigit():
+                return [ev.START, parts[0].decode(), parts[2].decode(), int(numbers[0]), int(numbers[1])]
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
 @attrs.define(eq=False)
 class _Child:
     proc: subprocess.Popen[bytes]
@@ -344,7 +362,7 @@ class Supervisor:
             for line in lines:
                 if line:
                     try:
-                        event = json.loads(line)
+                        event = _decode(line)
                     except ValueError:
                         log.warning("worker process %d sent an unreadable event; ignoring it", child.proc.pid)
                         continue

@@ -66,6 +66,11 @@ log = logging.getLogger("workhive.runtime.worker")
 ADAPTIVE_MAX_CLAIM = 128
 ADAPTIVE_MAX_HELD = 1024
 FAST_HANDLER_SECONDS = 0.002
+#: handlers this quick on average (a no-op, a dict lookup) never wait on anything, so lanes give them
+#: no concurrency, only a task each: their batches grow to ADAPTIVE_MAX_CLAIM whatever the concurrency,
+#: fewer lanes carrying them, and the claim itself keeps what the process holds within ADAPTIVE_MAX_HELD
+#: (at concurrency 256 a batch of 4 a lane made a task, and its bookkeeping, for every 4 items)
+INSTANT_HANDLER_SECONDS = 0.0001
 
 #: storage calls failing this many times with no item finished in between (claims pausing,
 #: doubling up to CLAIM_RETRY_MAX seconds) mean the fault lasts: the process stops and the
@@ -85,6 +90,9 @@ ACK_BATCH_MAX = 500
 #: one item for each handler that returns; MAX_CLAIM bounds one claim call
 CLAIM_GATHER_SECONDS = 0.05
 MAX_CLAIM = 1000
+
+#: characters of item ids in one DONE event: with the rest of the line, well under PIPE_BUF (events.PipeSink)
+DONE_EVENT_CHARS = 2500
 
 #: claims announced in one STARTS event: well under PIPE_BUF, so that the write is atomic (events.PipeSink)
 STARTS_PER_EVENT = 50
@@ -151,12 +159,14 @@ class Worker:
         self._free_lanes = list(range(self.capacity - 1, -1, -1))
         self._lanes: set[asyncio.Task[None]] = set()
         self._lane_freed = asyncio.Event()
+        self._wake_at_free = 1  # free lanes at which a lane ending wakes the claim loop (_wait_for_lane)
         self._kick = asyncio.Event()  # an idle claim loop has something to do: settlements to send again
         self._crashed: BaseException | None = None  # a lane that raised: the worker ends with it
         self._lanes_cancelled = False  # the grace period ran out: run() cancels every lane
         self.items_in_flight = 0  # claimed items whose lane has not ended
         self._flushes: set[asyncio.Future[None]] = set()  # completions being sent, waited for before exit
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_queued: asyncio.Future[None] | None = None  # a flush made that has not taken its completions yet
         self._cancelled_count: int | None = None  # the pool's cancelled items at the last look (check_cancelled)
         self._last_status: WorkerStatus | None = None
         self._reported_in_flight: int | None = None  # the count the registry's detail says (report_in_flight)
@@ -425,6 +435,13 @@ class Worker:
                     break
             size = self.claim_size  # as claimed: a lane ending meanwhile may change claim_size
             want = min(MAX_CLAIM, len(self._free_lanes) * size)
+            if size > self._max_lane_batch:
+                # Batches past the per-lane bound (instant handlers): the claim keeps the bound on what
+                # the process holds, and when that is reached it waits for a lane, with lanes free.
+                want = min(want, ADAPTIVE_MAX_HELD - self.items_in_flight)
+                if want < size and self._lanes:  # less than a batch: a lane ending frees one
+                    await self._wait_for_lane(None)
+                    continue
             # From here on a settlement that frees a slot kicks the wait below: one made while this
             # claim is on its way may have come too late for it.
             self._kick.clear()
@@ -587,10 +604,18 @@ class Worker:
                 # Judged by the handlers' own time per item, not the lane's: with many lanes the
                 # lane's wall time is the other lanes' too (and its completions' round trip), so
                 # fast handlers looked slow and each item kept a lane (a task) of its own.
-                if handler_seconds / ran >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
+                per_item = handler_seconds / ran
+                if per_item >= FAST_HANDLER_SECONDS or self.health.consecutive_failures:
                     self.claim_size = 1
+                elif per_item >= INSTANT_HANDLER_SECONDS:
+                    if self.claim_size > self._max_lane_batch:
+                        # No longer instant (or a pause, a collection, in a short batch): halved, back to
+                        # the lanes' share within a few batches if it lasts.
+                        self.claim_size = max(self._max_lane_batch, self.claim_size // 2)
+                    elif len(items) == self.claim_size:
+                        self.claim_size = min(self._max_lane_batch, self.claim_size * 2)
                 elif len(items) == self.claim_size:
-                    self.claim_size = min(self._max_lane_batch, self.claim_size * 2)
+                    self.claim_size = min(max(self._max_lane_batch, ADAPTIVE_MAX_CLAIM), self.claim_size * 2)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # a bug in the runtime, not a handler's: the process stops, as it did
@@ -601,7 +626,8 @@ class Worker:
             self.items_in_flight -= len(items)
             self._lanes.discard(me)  # type: ignore[arg-type]
             self._free_lanes.append(lane)
-            self._lane_freed.set()
+            if len(self._free_lanes) >= self._wake_at_free or self._crashed is not None:
+                self._lane_freed.set()
 
     async def _wait_for_lane(self, timeout: float | None, *, until_free: int = 1) -> None:
         """Wait for lanes to end, or for the process to stop.
@@ -616,6 +642,10 @@ class Worker:
             if left is not None and (left <= 0 or len(self._free_lanes) >= until_free):
                 return
             self._lane_freed.clear()
+            # Woken once enough lanes are free, not by every lane that ends (hundreds per claim at
+            # high concurrency, each a wake-up with two futures made); a lane that crashed or the
+            # process stopping still wakes it (the deadline bounds the rest).
+            self._wake_at_free = 1 if deadline is None else until_free
             freed = asyncio.ensure_future(self._lane_freed.wait())
             stop = asyncio.ensure_future(self.rt.stop_event.wait())
             try:
@@ -670,13 +700,19 @@ class Worker:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
-        flush = asyncio.ensure_future(self._flush_acks())
+        if self._flush_queued is not None:
+            # One already made that has not run yet takes every completion waiting when it does:
+            # a lane whose items never yield (a no-op handler) asked for one per item once due.
+            return self._flush_queued
+        flush = self._flush_queued = asyncio.ensure_future(self._flush_acks())
         self._flushes.add(flush)
         flush.add_done_callback(self._flush_ended)
         return flush
 
     def _flush_ended(self, flush: asyncio.Future[None]) -> None:
         self._flushes.discard(flush)
+        if self._flush_queued is flush:  # cancelled before it ran: the completions are still waiting
+            self._flush_queued = None
         if not flush.cancelled() and flush.exception() is not None:
             # _complete turns storage errors into settlements to send again; anything else is a bug.
             log.error("worker %s: sending completions crashed: %r", self.worker_id, flush.exception())
@@ -693,6 +729,7 @@ class Worker:
             self._start_flush()
 
     async def _flush_acks(self) -> None:
+        self._flush_queued = None
         acks, self._acks = self._acks, []
         if acks:
             await self._complete(acks)
@@ -741,7 +778,7 @@ class Worker:
             self.storage_faults = 0
         if done:
             # With the ids: if this process dies now, the supervisor knows which were counted.
-            self.rt.emit(ev.DONE, len(done), *done)
+            self._emit_done(done)
             # Completions free slots: a claim that came back empty because a group or the pool was at
             # its limit can take more now. Backends do not wake waiters for a completion, so an idle
             # claim loop would otherwise sleep out its wait (a second with wake-ups) at every limit.
@@ -752,6 +789,28 @@ class Worker:
                 self.worker_id,
                 ", ".join(lost),
             )
+
+    def _emit_done(self, done: list[str]) -> None:
+        """DONE events for ``done``, as many as it takes for each line to stay whole (events.PipeSink).
+
+        One event for a whole ``complete_many`` (up to a claim's worth of ids) was longer than a
+        pipe write may be, and the sink cut its ids to one string: the supervisor then never heard
+        which claims ended (its record of them grew with every item, and a process that died
+        later had all of them read back and counted once more).
+        """
+        emit = self.rt.emit
+        chunk: list[str] = []
+        chars = 0
+        for item_id in done:
+            # what the id takes in the JSON line, at most: escapes for anything but letters and digits
+            width = len(item_id) + 3 if item_id.isascii() and item_id.isalnum() else 12 * len(item_id) + 3
+            if chunk and chars + width > DONE_EVENT_CHARS:
+                emit(ev.DONE, len(chunk), *chunk)
+                chunk, chars = [], 0
+            chunk.append(item_id)
+            chars += width
+        if chunk:
+            emit(ev.DONE, len(chunk), *chunk)
 
     async def _refused_results(self, acks: list[tuple[WorkItem, Any]], exc: InvalidArgument, *, resent: bool) -> None:
         """Storage refused a value before writing anything (a result too large for it): fail that item, with why.
@@ -791,8 +850,10 @@ class Worker:
             if announced is None or alone or announced != rt.gate.exclusive_runs:
                 rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
             with tracing.handling(rt.pool.name, item, self.worker_id):  # the item's trace goes on here
+                keys = rt.keys
                 try:
-                    key = await rt.keys.take(item)
+                    # Without keys every item shares the one no_key (take and give_back do nothing for it).
+                    key = keys.no_key if keys.credentials is None else await keys.take(item)
                 except InvalidArgument as exc:
                     # The handler's token estimate is not a number, or can never fit the key's
                     # budget (BudgetUnsatisfiable): no retry can help this item.
@@ -852,11 +913,13 @@ class Worker:
                             await self._settle(item, None, result, key)
                     finally:
                         key.usage = ctx.usage
-                        # After the settle: an item already running when its group's budget runs out finishes.
-                        await rt.group_budgets.charge(item.group, ctx.usage)
+                        if ctx.usage and item.group is not None:  # (charge does nothing otherwise)
+                            # After the settle: an item already running when its group's budget runs out finishes.
+                            await rt.group_budgets.charge(item.group, ctx.usage)
                     return took
                 finally:
-                    await rt.keys.give_back(key)
+                    if key is not keys.no_key:
+                        await keys.give_back(key)
 
     async def _call_handler(self, item: WorkItem, ctx: HandlerContext) -> Any:
         """Run the handler for ``item``, where ``cancel_running`` can reach it.
@@ -1044,7 +1107,8 @@ class Worker:
                     self.health.failure()
                     await self._fail(item, bad)
                     return
-            await key.report(Outcome.OK)
+            if key.credential is not None or key.reservation is not None:  # (nothing to tell otherwise)
+                await key.report(Outcome.OK)
             self.health.success()
             if not self._acks:
                 self._oldest_ack = time.monotonic()
@@ -1083,8 +1147,9 @@ class Worker:
                 await self._ended_process(item, exc)
                 break
             await self._settle(item, exc, result)  # type: ignore[arg-type]
-        for item, *_ in ran:  # after the settles: items already running when a budget runs out finish
-            await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
+        if self.thread_usage:  # after the settles: items already running when a budget runs out finish
+            for item, *_ in ran:
+                await rt.group_budgets.charge(item.group, self.thread_usage.pop(item.id, None))
         return len(ran), sum(elapsed for *_, elapsed in ran)
 
     async def _ended_process(self, item: WorkItem, exc: BaseException) -> None:
