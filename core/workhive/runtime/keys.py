@@ -249,9 +249,7 @@ class Keys:
         """Report ``outcome`` to the credential pool (cooldowns shared fleet-wide) and count it for the metrics."""
         assert self.credentials is not None  # only keys taken from the pool are reported
         try:
-            await self.credentials.report(
-                credential, outcome, retry_after=retry_after, reason=reason, sent_at=sent_at
-            )
+            await self.credentials.report(credential, outcome, retry_after=retry_after, reason=reason, sent_at=sent_at)
         except WorkhiveError as exc:  # a cooldown that could not be shared is not worth losing the item over
             log.warning("reporting %s for credential %s failed: %s", outcome.name, credential.name, exc)
         if self.counts is not None:
