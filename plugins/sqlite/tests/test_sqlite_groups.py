@@ -338,7 +338,10 @@ def test_a_claim_reads_the_groups_through_their_indexes(tmp_path: Path) -> None:
         for statement in step:
             conn.execute(statement)
     q = queries()
-    for name, args in (("group_turns", ("p", 0.0, "p", 0.0, "p")), ("group_ready_items", ("p", "a", 0.0, 16, 0))):
+    for name, args in (
+        ("group_claim_turns", ("p", 0.0, "p", 0.0, "p", 0.0, "p", "p")),
+        ("group_ready_items", ("p", "a", 0.0, 16, 0)),
+    ):
         text = q[name]
         for n in range(5, 0, -1):
             text = text.replace(f"?{n}", "?")
@@ -484,3 +487,45 @@ async def test_a_group_reads_more_of_its_items_only_when_its_turn_comes_again(
     taken = await store.claim("q", "w", 4, LEASE)
     assert [(_group_of(i), i.priority) for i in taken] == [("hi", 5), ("mid", 1), ("mid", 1), ("mid", 1)]
     assert reads == ["hi", "mid"]  # hi's next is priority 0: read once, then it waits behind mid
+
+
+@pytest.mark.asyncio
+async def test_a_claim_reads_settings_and_turns_in_one_statement_and_sees_another_handles_settings(
+    store: SqliteStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """group_claim_turns brings the pool's settings with the turns: one read, on one snapshot.
+
+    Settings another process commits between two claims (a group limit, a pause, a pool
+    limit) bind the next claim; an expired lease found by that read is settled and the
+    turns read again, so its item is served in its turn.
+    """
+    from workhive_sqlite import groups
+    from workhive_sqlite.ops import Operations
+
+    clock = store.clock  # type: ignore[attr-defined]
+    await store.push("p", _items("a", 4) + _items("b", 4) + _items("c", 6))
+    conn = sqlite3.connect(tmp_path / "hive.db", isolation_level=None, timeout=5)
+    other = Operations(conn, clock)  # another process's handle
+    seen: list[str] = []
+    real = store._fast.conn  # type: ignore[union-attr]
+    try:
+        assert sorted(_group_of(i) for i in await store.claim("p", "w", 3, LEASE)) == ["a", "b", "c"]
+        groups.set_group_limit(other, "p", "a", 1)
+        groups.pause_group(other, "p", "b", 100.0)
+        real.set_trace_callback(seen.append)
+        assert [_group_of(i) for i in await store.claim("p", "w", 3, LEASE)] == ["c"] * 3  # a at 1 of 1, b paused
+        real.set_trace_callback(None)
+        reads = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
+        # The settings and the turns in one statement; c's further items (it takes three turns) in one more.
+        assert [s for s in reads if "group_pools" in s or "groups_turns" in s] == reads[:1]
+        assert "group_pools" in reads[0] and "groups_turns" in reads[0] and len(reads) == 2
+        groups.set_pool_limit(other, "p", 4)
+        assert await store.claim("p", "w", 3, LEASE) == []  # 4 in flight: the pool is at its limit
+    finally:
+        real.set_trace_callback(None)
+        conn.close()
+    _check_counters(tmp_path)
+    clock.advance(LEASE)  # every lease expired: settled by the next claim, then the turns read again
+    taken = await store.claim("p", "w", 5, LEASE)
+    assert Counter(_group_of(i) for i in taken) == {"a": 1, "c": 3}  # b paused, a limited to 1, the pool to 4
+    _check_counters(tmp_path)
