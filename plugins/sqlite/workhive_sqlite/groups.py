@@ -41,10 +41,12 @@ import dataclasses
 import heapq
 import json
 import math
+import sqlite3
 from typing import Any
 
 from workhive.models import GroupReport, GroupStats, WorkItem
 from workhive_sqlite import ops as _ops
+from workhive_sqlite.failures import is_stale_snapshot
 from workhive_sqlite.ops import Operations, _claimed
 from workhive_sqlite.sqlfiles import queries
 
@@ -96,8 +98,20 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     reading the groups and choosing the turns: a holder that the scheduler
     preempts on a busy machine stalls every other process's writes.
     """
-    write = ops.optimistic_write if ops.optimistic else ops.write
-    rows, order, expiry = write(take_turns, ops, pool, worker_id, limit, lease)
+    if not ops.optimistic:
+        rows, order, expiry = ops.write(take_turns, ops, pool, worker_id, limit, lease)
+    else:
+        try:
+            rows, order, expiry = ops.optimistic_write(take_turns, ops, pool, worker_id, limit, lease)
+        except sqlite3.OperationalError as exc:
+            if not is_stale_snapshot(exc):
+                raise  # the lock is held now: the backend runs the claim on its thread, which waits
+            # Another connection committed between this claim's reads and its first write, and has
+            # let the lock go: choose again once, here, on a fresh snapshot, rather than hand the
+            # claim to the thread (a round trip, and the claim run under BEGIN IMMEDIATE). A second
+            # loss goes to the thread as any busy operation does: no loop here.
+            ops.stale_retries += 1
+            rows, order, expiry = ops.optimistic_write(take_turns, ops, pool, worker_id, limit, lease)
     if not rows:
         return []
     # RETURNING comes back in storage order; hand the items out in turn order.
