@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,3 +148,31 @@ async def test_a_really_full_disk_is_the_same_precise_error(tiny_disk: Path) -> 
         assert str(tiny_disk) in str(info.value) and "Free space" in str(info.value)
         # Every acknowledged push is there; the refused one left nothing.
         assert (await pool.stats()).pending == pushed > 0
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="result codes on sqlite3 errors need Python >= 3.11")
+def test_a_stale_snapshot_is_told_from_a_held_lock(tmp_path: Path) -> None:
+    """SQLITE_BUSY_SNAPSHOT (a deferred transaction's first write after another commit) is not a held lock."""
+    from workhive_sqlite.failures import is_busy, is_stale_snapshot
+
+    path = tmp_path / "t.db"
+    first = sqlite3.connect(path, isolation_level=None, timeout=0)
+    second = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        first.execute("PRAGMA journal_mode = wal")
+        first.execute("CREATE TABLE t (x)")
+        first.execute("BEGIN")
+        first.execute("SELECT count(*) FROM t").fetchone()  # its snapshot
+        second.execute("INSERT INTO t VALUES (1)")  # committed past it
+        with pytest.raises(sqlite3.OperationalError) as stale:
+            first.execute("INSERT INTO t VALUES (2)")
+        first.execute("ROLLBACK")
+        assert is_busy(stale.value) and is_stale_snapshot(stale.value)
+        second.execute("BEGIN IMMEDIATE")  # the lock held
+        with pytest.raises(sqlite3.OperationalError) as held:
+            first.execute("BEGIN IMMEDIATE")
+        second.execute("ROLLBACK")
+        assert is_busy(held.value) and not is_stale_snapshot(held.value)
+    finally:
+        first.close()
+        second.close()

@@ -97,11 +97,10 @@ _STATEMENT_DIGESTS = {
     "group_adopt_poisoned": "be2e7f80205d4677",
     "group_adopt_cancelled": "8b5dcf968af91c5e",
     "group_adopt_counts": "b58f66a801730815",
-    "group_claim_settings": "b52e38f736a0af9f",  # version 10: and whether claims are counted
+    "group_claim_turns": "91dc97b643f9c16d",  # the settings and the turns in one read
     "group_pool_in_flight": "8404a8e5e4d95351",
     "group_settle_expired": "296f218c6f04824f",
     "group_pool_settings": "728ec9b539b5f3ad",
-    "group_turns": "6d80d9713e474f53",
     "group_ready_items": "25243ea5cdc04a8b",
     "claim_items": "a82ca00781164980",
     "group_took_turns": "93ac24245234c8c8",

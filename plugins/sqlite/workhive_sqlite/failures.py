@@ -12,7 +12,7 @@ from pathlib import Path
 
 from workhive.errors import StorageCorrupt, StorageError, StorageUnavailable
 
-__all__ = ["corrupt", "failure", "foreign", "is_busy", "is_notadb"]
+__all__ = ["corrupt", "failure", "foreign", "is_busy", "is_notadb", "is_stale_snapshot"]
 
 # SQLite primary result codes.
 SQLITE_BUSY = 5
@@ -20,6 +20,8 @@ SQLITE_LOCKED = 6
 SQLITE_CORRUPT = 11
 SQLITE_FULL = 13
 SQLITE_NOTADB = 26
+#: The extended code of a deferred transaction's first write after another connection committed.
+SQLITE_BUSY_SNAPSHOT = SQLITE_BUSY | (2 << 8)
 
 
 def _primary_code(exc: sqlite3.Error) -> int | None:
@@ -35,6 +37,12 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
         return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)  # extended codes keep the low byte
     text = str(exc).lower()
     return "locked" in text or "busy" in text
+
+
+def is_stale_snapshot(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY_SNAPSHOT: a deferred transaction read a snapshot another connection has
+    committed past, so its first write was refused, nothing changed (False before Python 3.11: no code)."""
+    return getattr(exc, "sqlite_errorcode", None) == SQLITE_BUSY_SNAPSHOT
 
 
 def is_notadb(exc: sqlite3.Error) -> bool:

@@ -41,10 +41,12 @@ import dataclasses
 import heapq
 import json
 import math
+import sqlite3
 from typing import Any
 
 from workhive.models import GroupReport, GroupStats, WorkItem
 from workhive_sqlite import ops as _ops
+from workhive_sqlite.failures import is_stale_snapshot
 from workhive_sqlite.ops import Operations, _claimed
 from workhive_sqlite.sqlfiles import queries
 
@@ -96,8 +98,20 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     reading the groups and choosing the turns: a holder that the scheduler
     preempts on a busy machine stalls every other process's writes.
     """
-    write = ops.optimistic_write if ops.optimistic else ops.write
-    rows, order, expiry = write(take_turns, ops, pool, worker_id, limit, lease)
+    if not ops.optimistic:
+        rows, order, expiry = ops.write(take_turns, ops, pool, worker_id, limit, lease)
+    else:
+        try:
+            rows, order, expiry = ops.optimistic_write(take_turns, ops, pool, worker_id, limit, lease)
+        except sqlite3.OperationalError as exc:
+            if not is_stale_snapshot(exc):
+                raise  # the lock is held now: the backend runs the claim on its thread, which waits
+            # Another connection committed between this claim's reads and its first write, and has
+            # let the lock go: choose again once, here, on a fresh snapshot, rather than hand the
+            # claim to the thread (a round trip, and the claim run under BEGIN IMMEDIATE). A second
+            # loss goes to the thread as any busy operation does: no loop here.
+            ops.stale_retries += 1
+            rows, order, expiry = ops.optimistic_write(take_turns, ops, pool, worker_id, limit, lease)
     if not rows:
         return []
     # RETURNING comes back in storage order; hand the items out in turn order.
@@ -120,19 +134,28 @@ def take_turns(
     execute = ops.conn.execute
     now = ops.clock()
     args = (pool, now)
-    pool_limit, default_limit, pool_vt, counted, expired = execute(
-        *_ops._bind(_Q["group_claim_settings"], args)
-    ).fetchone()
-    if expired:
-        execute(*_ops._bind(_Q["poison_expired"], args))
-        execute(*_ops._bind(_Q["group_settle_expired"], args))
-    room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
-    plan = _plan(ops, pool, now, default_limit, pool_vt, room)
+    # The pool's settings and its groups in turn order come in one statement (group_claim_turns);
+    # the groups are read only as far as the turns need, so its cursor stays open meanwhile.
+    rows = execute(*_ops._bind(_Q["group_claim_turns"], args))
+    try:
+        first = rows.fetchone()
+        pool_limit, default_limit, pool_vt, counted, expired = first[:_SETTINGS]
+        if expired:
+            # Settled first (their slots free, their items pending again), then the turns read again.
+            rows.close()
+            execute(*_ops._bind(_Q["poison_expired"], args))
+            execute(*_ops._bind(_Q["group_settle_expired"], args))
+            rows = execute(*_ops._bind(_Q["group_claim_turns"], args))
+            first = rows.fetchone()
+        room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
+        plan = _plan(ops, pool, now, default_limit, pool_vt, room, rows, first)
+    finally:
+        rows.close()
     lease = float(lease)
     expiry = now + lease
     if not plan.items:
         return [], {}, expiry
-    rows = execute(
+    claimed = execute(
         *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
     ).fetchall()
     # Claims in flight are counted only while a limit reads them (group_pools.counted, version 10).
@@ -142,7 +165,11 @@ def take_turns(
     )
     if plan.pool_vt != pool_vt:
         execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
-    return rows, {item: n for n, item in enumerate(plan.items)}, expiry
+    return claimed, {item: n for n, item in enumerate(plan.items)}, expiry
+
+
+#: How many columns of a group_claim_turns row are the pool's settings (the same in every row).
+_SETTINGS = 5
 
 
 def _pool_in_flight(ops: Operations, pool: str, now: float) -> int:
@@ -189,7 +216,16 @@ class _Candidate:
 _FIRST_READ = 16
 
 
-def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, pool_vt: float, room: int) -> _Plan:
+def _plan(
+    ops: Operations,
+    pool: str,
+    now: float,
+    default_limit: int | None,
+    pool_vt: float,
+    room: int,
+    rows: Any = None,
+    unread: Any = None,
+) -> _Plan:
     """Choose up to ``room`` turns as that many one-item claims in a row would (GR2-GR8).
 
     A turn serves the group with the best (priority of its next ready item,
@@ -208,13 +244,17 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
     # is at most that), and reads more only if that entry comes first again: a group served its last
     # turn of the claim reads nothing more, where an eager read cost a small claim a statement per group.
     heap: list[tuple[int, float, str, _Candidate]] = []
-    rows = ops.conn.execute(*_ops._bind(_Q["group_turns"], (pool, now)))
+    own = rows is None  # else the caller's group_claim_turns, its first row read (take_turns)
+    if own:
+        rows = ops.conn.execute(*_ops._bind(_Q["group_claim_turns"], (pool, now)))
+        unread = rows.fetchone()
+    if unread is not None and unread[_SETTINGS] is None:
+        unread = None  # the one row of a pool none of whose groups has pending items
     taken = 0
     try:
-        unread = rows.fetchone()
         while taken < room:
-            while unread is not None and (not heap or (-unread[1], unread[2], unread[0]) < heap[0][:3]):
-                group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
+            while unread is not None and (not heap or (-unread[6], unread[7], unread[5]) < heap[0][:3]):
+                _, _, _, _, _, group, _head, vt, weight, own_limit, paused_until, in_flight, first, priority = unread
                 unread = rows.fetchone()
                 if first is None or (paused_until is not None and paused_until > now):
                     continue
@@ -252,7 +292,8 @@ def _plan(ops: Operations, pool: str, now: float, default_limit: int | None, poo
             elif served.more:
                 heapq.heappush(heap, (-priority, served.vt, served.group, served))
     finally:
-        rows.close()
+        if own:
+            rows.close()
     return plan
 
 

@@ -220,6 +220,9 @@ class Operations:
         #: (``optimistic_write``): only on a connection that never waits for the lock
         #: (busy timeout 0, the event loop's), whose caller runs a busy operation again elsewhere.
         self.optimistic = optimistic
+        #: Claims by turns chosen again on this connection after another connection's commit made
+        #: their snapshot stale (``workhive_sqlite.groups.claim_by_turns``): one retry each at most.
+        self.stale_retries = 0
         #: Pools known to use groups (workhive_sqlite.groups). A pool never stops using
         #: them, so what another process did is found once (peek) and then remembered.
         self.grouped: set[str] = set()

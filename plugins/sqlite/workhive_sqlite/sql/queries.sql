@@ -519,14 +519,31 @@ VALUES (?1, '', 1, NULL, 0, NULL,
     (SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed'),
     0)
 
--- group_claim_settings --
--- What a claim by turns of pool ?1 at time ?2 reads first: the pool's limit, default
--- group limit and virtual time, whether its groups' claims are counted (schema
--- version 10), and whether it has an expired lease to settle.
-SELECT lim, default_lim, vt, counted,
+-- group_claim_turns --
+-- What a claim by turns of pool ?1 at time ?2 reads, in one statement: first the
+-- pool's limit, default group limit and virtual time, whether its groups' claims
+-- are counted (schema version 10) and whether it has an expired lease to settle,
+-- the same in every row (the EXISTS is evaluated once); then one row per group
+-- with pending items, in turn order (highest pending priority, then virtual time,
+-- then name; off groups_turns, no sort), as far as the claim reads: its settings
+-- and counts, and the id and priority of its first item ready at time ?2 in claim
+-- order (NULL: none; two probes of one index), so a group serving one turn needs
+-- no read of its own. A pool none of whose groups has pending items gives one row
+-- with NULL group columns. A claim that finds an expired lease settles it and runs
+-- this again.
+SELECT p.lim, p.default_lim, p.vt, p.counted,
     EXISTS (SELECT 1 FROM items INDEXED BY items_leases
-            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2)
-FROM group_pools WHERE pool = ?1
+            WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2),
+    g.grp, g.head, g.vt, g.weight, g.lim, g.paused_until, g.inflight,
+    (SELECT id FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = g.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1),
+    (SELECT priority FROM items INDEXED BY items_group_ready
+     WHERE pool = ?1 AND grp = g.grp AND state = 'pending' AND available_at <= ?2
+     ORDER BY priority DESC, available_at, id LIMIT 1)
+FROM group_pools AS p LEFT JOIN groups AS g INDEXED BY groups_turns ON g.pool = ?1 AND g.head IS NOT NULL
+WHERE p.pool = ?1
+ORDER BY g.head DESC, g.vt, g.grp
 
 -- group_settle_expired --
 -- Before a claim by turns (pool ?1, time ?2, after poison_expired): every other
@@ -543,21 +560,6 @@ SELECT lim, default_lim, vt FROM group_pools WHERE pool = ?
 -- group_pool_in_flight --
 -- Pool ?1's unexpired claims at time ?2 (read only when it has a limit: about that many entries).
 SELECT count(*) FROM items INDEXED BY items_leases WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at > ?2
-
--- group_turns --
--- The groups of pool ?1 with pending items, in turn order (highest pending priority,
--- then virtual time, then name): what a claim reads until it has its turns. With each,
--- the id and priority of its first item ready at time ?2 in claim order (NULL: none):
--- a group serving one turn needs no read of its own (two probes of one index).
-SELECT grp, head, vt, weight, lim, paused_until, inflight,
-    (SELECT id FROM items INDEXED BY items_group_ready
-     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
-     ORDER BY priority DESC, available_at, id LIMIT 1),
-    (SELECT priority FROM items INDEXED BY items_group_ready
-     WHERE pool = ?1 AND grp = groups.grp AND state = 'pending' AND available_at <= ?2
-     ORDER BY priority DESC, available_at, id LIMIT 1)
-FROM groups INDEXED BY groups_turns
-WHERE pool = ?1 AND head IS NOT NULL ORDER BY head DESC, vt, grp
 
 -- group_ready_items --
 -- Up to ?4 items of group ?2 of pool ?1 ready at time ?3 in claim order, after the
