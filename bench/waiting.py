@@ -23,7 +23,8 @@ peak RSS are its own), all in one run at the same moment:
 * a bare asyncio loop over the engine's own backend statements (no runtime:
   ``claim``/``complete`` of the storage plugin, all items in flight in one
   process): the limit;
-* throughput of a no-op fleet at concurrency 16, 64 and 256 (2 processes),
+* throughput of a no-op fleet at concurrency 16, 64 and 256 (2 processes,
+  200,000 items a run: a few seconds each, so the ratios are not start-up's),
   and the ratios to 16: more in flight must never mean less work done.
 
 Before any fleet starts, the checkout's packages are compiled to ``.pyc``
@@ -424,7 +425,9 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=10.0)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=2500)
-    parser.add_argument("--scaling-items", type=int, default=20_000)
+    # A no-op fleet drains 40-60k items/s here: 20,000 was under half a second a run, start-up a
+    # good part of it, and the ratios between runs moved 10-20% from noise alone.
+    parser.add_argument("--scaling-items", type=int, default=200_000)
     parser.add_argument("--no-scaling", action="store_true")
     parser.add_argument("--scaling-only", action="store_true", help="only the no-op fleet at concurrency 16/64/256")
     parser.add_argument("--arq-deadline", type=float, default=120.0, help="seconds arq's workers run at most")
