@@ -13,6 +13,7 @@ import json
 import sqlite3
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -413,6 +414,45 @@ async def test_the_report_lists_a_group_by_its_own_settings_only_while_it_has_th
     assert await store.group_report("empty") == GroupReport("empty", None, None, ())
 
 
+async def _claim_beside_another_handle(
+    store: SqliteStorage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    limit: int,
+    meddle_after: Callable[[list[bool | str], bool | str], bool],
+    their_limit: int,
+) -> tuple[list[bool | str], list[Any], list[Any]]:
+    """``store.claim("p", "w", limit)`` while another handle (its own connection, as another process:
+    it waits for the lock, never chooses early) claims ``their_limit`` for w2 right after a choice of
+    turns for which ``meddle_after(planned, this choice)`` is true.
+
+    Returns (planned, mine, theirs): who chose turns, in order (True: the loop's connection, early;
+    False: the thread's; "other": the other handle), and the two claims' items.
+    """
+    from workhive_sqlite import groups
+    from workhive_sqlite.ops import Operations
+
+    meddler = sqlite3.connect(tmp_path / "hive.db", isolation_level=None, timeout=5)
+    other = Operations(meddler, store.clock)  # type: ignore[attr-defined]
+    plan = groups._plan
+    planned: list[bool | str] = []
+    theirs: list[Any] = []
+
+    def meddling_plan(ops: Operations, *args: Any) -> Any:
+        chosen = plan(ops, *args)
+        planned.append("other" if ops is other else ops.optimistic)
+        if ops is not other and meddle_after(planned, planned[-1]):
+            theirs.extend(other.claim("p", "w2", their_limit, LEASE))
+        return chosen
+
+    monkeypatch.setattr(groups, "_plan", meddling_plan)
+    try:
+        mine = await store.claim("p", "w", limit, LEASE)
+    finally:
+        meddler.close()
+    return planned, mine, theirs
+
+
 @pytest.mark.asyncio
 async def test_a_claim_whose_turns_were_chosen_before_another_write_gives_way_and_claims_again(
     store: SqliteStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -425,30 +465,12 @@ async def test_a_claim_whose_turns_were_chosen_before_another_write_gives_way_an
     has let the lock go), and counted. Had the stale turns been claimed, the item the
     other handle took would be claimed twice and group a past its limit of 1.
     """
-    from workhive_sqlite import groups
-    from workhive_sqlite.ops import Operations
-
-    clock = store.clock  # type: ignore[attr-defined]
     await store.set_group_limit("p", "a", 1)
     await store.push("p", _items("a", 3) + _items("b", 3))
-    meddler = sqlite3.connect(tmp_path / "hive.db", isolation_level=None, timeout=5)
-    other = Operations(meddler, clock)  # another process: it waits for the lock, never chooses early
-    plan = groups._plan
-    planned: list[bool | str] = []
-    theirs: list[Any] = []
-
-    def meddling_plan(ops: Operations, *args: Any) -> Any:
-        chosen = plan(ops, *args)
-        planned.append("other" if ops is other else ops.optimistic)
-        if len(planned) == 1:
-            theirs.extend(other.claim("p", "w2", 2, LEASE))  # commits while this claim only read
-        return chosen
-
-    monkeypatch.setattr(groups, "_plan", meddling_plan)
-    try:
-        mine = await store.claim("p", "w", 2, LEASE)
-    finally:
-        meddler.close()
+    # The other handle claims 2 right after the first choice: it commits while this claim only read.
+    planned, mine, theirs = await _claim_beside_another_handle(
+        store, tmp_path, monkeypatch, 2, lambda planned, choice: len(planned) == 1, 2
+    )
     # Chosen early on the loop's connection, the other handle's claim, then chosen again there.
     if sys.version_info >= (3, 11):
         assert planned == [True, "other", True] and store._fast.stale_retries == 1  # type: ignore[union-attr]
@@ -541,29 +563,11 @@ async def test_a_claim_that_loses_its_snapshot_twice_goes_to_the_thread_after_on
     store: SqliteStorage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One retry on the loop's connection at most: a second stale snapshot hands the claim to the thread."""
-    from workhive_sqlite import groups
-    from workhive_sqlite.ops import Operations
-
-    clock = store.clock  # type: ignore[attr-defined]
     await store.push("p", _items("a", 4) + _items("b", 4))
-    meddler = sqlite3.connect(tmp_path / "hive.db", isolation_level=None, timeout=5)
-    other = Operations(meddler, clock)
-    plan = groups._plan
-    planned: list[bool | str] = []
-    theirs: list[Any] = []
-
-    def meddling_plan(ops: Operations, *args: Any) -> Any:
-        chosen = plan(ops, *args)
-        planned.append("other" if ops is other else ops.optimistic)
-        if ops is not other and ops.optimistic:
-            theirs.extend(other.claim("p", "w2", 1, LEASE))  # commits after every early choice
-        return chosen
-
-    monkeypatch.setattr(groups, "_plan", meddling_plan)
-    try:
-        mine = await store.claim("p", "w", 3, LEASE)
-    finally:
-        meddler.close()
+    # The other handle claims 1 after every choice made early on the loop's connection.
+    planned, mine, theirs = await _claim_beside_another_handle(
+        store, tmp_path, monkeypatch, 3, lambda planned, choice: choice is True, 1
+    )
     retried = sys.version_info >= (3, 11)  # the error carries SQLITE_BUSY_SNAPSHOT's code
     assert planned == ([True, "other", True, "other", False] if retried else [True, "other", False])
     assert store._fast.stale_retries == (1 if retried else 0)  # type: ignore[union-attr]
