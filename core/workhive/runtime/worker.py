@@ -853,7 +853,7 @@ class Worker:
                 keys = rt.keys
                 try:
                     # Without keys every item shares the one no_key (take and give_back do nothing for it).
-                    key = keys.no_key if keys.credentials is None else await keys.take(item)
+                    key = await keys.take(item) if keys.active else keys.no_key
                 except InvalidArgument as exc:
                     # The handler's token estimate is not a number, or can never fit the key's
                     # budget (BudgetUnsatisfiable): no retry can help this item.
@@ -1107,7 +1107,7 @@ class Worker:
                     self.health.failure()
                     await self._fail(item, bad)
                     return
-            if key.credential is not None or key.reservation is not None:  # (nothing to tell otherwise)
+            if key is not self.rt.keys.no_key:  # the shared no_key holds nothing an OK would tell
                 await key.report(Outcome.OK)
             self.health.success()
             if not self._acks:
