@@ -13,7 +13,11 @@ handler, four times over the same items:
 - ungrouped: the same items without groups (the throughput baseline);
 - equal: one group per tenant, equal weights;
 - weighted: ``big`` weight 3, the rest 1;
-- limited: a default group limit of 2 (``--processes * --concurrency`` slots).
+- limited: a default group limit of 2 (``--processes * --concurrency`` slots), with
+  ``big`` cut to ``LIMITED_BIG`` items: once the other tenants are done, ``big``
+  alone runs 2 at a time by design, a serial chain that measures nothing the
+  first seconds do not (the largest number in flight), and at 100,000 items it
+  took most of a full-scale run's time.
 
 Handlers log when they start and end, and which claim took the item
 (``support/fairness_handlers.py``: the claim's hive time and worker). What the
@@ -75,6 +79,8 @@ POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test?schema={name}"
 REDIS_URL = "redis://127.0.0.1:6379/0?prefix={name}"
 BIG_WEIGHT = 3.0
 LIMIT = 2
+#: ``big``'s items in the limited run (see the docstring): still 4x ``mid``'s default, so it is backlogged throughout.
+LIMITED_BIG = 4_000
 RUNS = ("ungrouped", "equal", "weighted", "limited")
 
 
@@ -282,7 +288,8 @@ async def bench_engine(engine: str, url: str, args: argparse.Namespace, tmp: Pat
             results: dict[str, dict[str, Any]] = {}
             for run in RUNS:
                 pool = f"fair-{handler}-{run}"
-                await prepare(hive, pool, run, sizes)
+                run_sizes = dict(sizes, big=min(sizes["big"], LIMITED_BIG)) if run == "limited" else sizes
+                await prepare(hive, pool, run, run_sizes)
                 if engine == "memory":
                     events = await run_in_process(hive, pool, handler, args.processes * args.concurrency)
                 else:
@@ -290,8 +297,8 @@ async def bench_engine(engine: str, url: str, args: argparse.Namespace, tmp: Pat
                     await asyncio.to_thread(run_fleet_of, url, pool, handler, args.processes, args.concurrency, log)
                     events = events_of(log)
                 weights = {"big": BIG_WEIGHT} if run == "weighted" else {}
-                results[run] = analyse(events, sizes, weights)
-                expected = sum(sizes.values())
+                results[run] = analyse(events, run_sizes, weights)
+                expected = sum(run_sizes.values())
                 if results[run]["done"] != expected:
                     lines.append(f"fairness {engine} {handler} {run}: {results[run]['done']} of {expected} items ran")
             lines += report(engine, handler, results, args)
@@ -324,7 +331,8 @@ def report(engine: str, handler: str, r: dict[str, dict[str, Any]], args: argpar
         f"[<= bound + 1 s: {ok(eq['small_at'] <= eq['small_bound'] + 1.0)}]",
         f"{head} throughput {eq['throughput']:,.0f} items/s = {ratio:.2f}x ungrouped ({base:,.0f} items/s) "
         f"[>= 0.9x: {ok(ratio >= 0.9)}]",
-        f"{head} limit {LIMIT} per group: most in flight seen {lim['most_in_flight']} ({lim['most_tenant']}) "
+        f"{head} limit {LIMIT} per group (big cut to {min(tenants(args.items_scale)['big'], LIMITED_BIG):,} items): "
+        f"most in flight seen {lim['most_in_flight']} ({lim['most_tenant']}) "
         f"[<= {LIMIT}: {ok(lim['most_in_flight'] <= LIMIT)}]; without a limit: {eq['most_in_flight']}",
     ]
 
