@@ -24,6 +24,14 @@ async def noop_async(ctx: Any) -> None:
     return None
 
 
+def seems_to_take(ctx: Any) -> None:
+    """Takes ``ctx.data["seconds"]`` on the worker module's clock, where a test replaced it with one it can move
+    (test_runtime_claim_size's ``_Clock``), and no real time."""
+    from workhive.runtime import worker
+
+    worker.time.skipped += ctx.data["seconds"]  # type: ignore[attr-defined]
+
+
 def echo_sync(ctx: Any) -> dict[str, Any]:
     return {"n": ctx.data["n"], "attempt": ctx.attempt, "worker": ctx.worker_id, "sync": True}
 

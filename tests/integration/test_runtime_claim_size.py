@@ -70,8 +70,9 @@ async def test_claims_grow_for_quick_handlers_when_completions_are_slow(monkeypa
 
     clock = _Clock()
     monkeypatch.setattr(worker_module, "time", clock)
-    # Generous for a real handler on a loaded machine; a completion takes twice that on the clock.
-    monkeypatch.setattr(worker_module, "FAST_HANDLER_SECONDS", 0.5)
+    # Generous for a real handler on a loaded machine (batches grow while an item takes under 0.5 s);
+    # a completion takes a second on the clock.
+    monkeypatch.setattr(worker_module, "LANE_BATCH_SECONDS", 1.0)
     storage = _SlowCompletions(workhive.open("memory://").storage, clock)
     async with workhive.open(storage) as hive:  # type: ignore[arg-type]
         pool = hive.pool("jobs")
@@ -89,6 +90,35 @@ async def test_claims_grow_for_quick_handlers_when_completions_are_slow(monkeypa
     # Quick handlers: the claim size doubled despite each batch's completion call taking a second.
     assert max(storage.claim_limits) > 1, storage.claim_limits[:10]
     assert len(storage.claim_limits) < ITEMS // 4
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("seconds", "largest"), [(0.0045, 4), (0.0095, 2), (0.03, 1)])
+async def test_a_lanes_batch_holds_about_lane_batch_seconds_of_work(monkeypatch, seconds, largest):
+    """Claims grow while a batch takes under LANE_BATCH_SECONDS of handler time, and no further.
+
+    The handler takes ``seconds`` on the worker's clock (``handlers:seems_to_take``), so the
+    sizes are the rule's, whatever the machine: at 4.5 ms an item a lane's batch grows to
+    4 (0.02 s / 4.5 ms), at 9.5 ms to 2, at 30 ms it stays at one item a claim. Real time
+    only adds to what the clock says, so a loaded machine can shrink a batch, never grow it.
+    """
+    from workhive.runtime import worker as worker_module
+
+    clock = _Clock()
+    monkeypatch.setattr(worker_module, "time", clock)
+    assert worker_module.LANE_BATCH_SECONDS == 0.02
+    storage = _SlowCompletions(workhive.open("memory://").storage, clock)
+    async with workhive.open(storage) as hive:  # type: ignore[arg-type]
+        pool = hive.pool("jobs")
+        await pool.push_many([{"seconds": seconds} for _ in range(60)])
+        opts = FleetOptions(pool="jobs", handler="handlers:seems_to_take", concurrency=1, heartbeat=0.2, lease=30.0)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        assert await runtime.run(stop_when_empty=True) == 0
+        assert (await pool.stats()).done == 60
+    asked = storage.claim_limits[:-1]  # the last claim found the pool empty
+    assert max(asked) <= largest, asked
+    if largest > 1:
+        assert max(asked) >= 2, asked  # it grew (a loaded machine may stop it short of ``largest``)
 
 
 class _HeldAtClaims:
