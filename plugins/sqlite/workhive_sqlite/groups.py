@@ -272,19 +272,28 @@ def _plan(
             served = heapq.heappop(heap)[3]
             if not served.ready:
                 # Keyed by a bound: read its next items, and serve it only if it still comes first.
-                served.fetch(ops, pool, now, int(min(room - taken, served.slots, max(_FIRST_READ, 2 * served.read))))
+                # Alone (no other group read or unread) it takes every turn left: read them at once, as
+                # each read past the first skips again (OFFSET) the items read before it.
+                alone = not heap and unread is None
+                want = room - taken if alone else max(_FIRST_READ, 2 * served.read)
+                served.fetch(ops, pool, now, int(min(room - taken, served.slots, want)))
                 if served.ready:
                     heapq.heappush(heap, (-served.ready[0][1], served.vt, served.group, served))
                 continue
-            item, priority = served.ready.popleft()
-            plan.items.append(item)
-            taken += 1
-            start = max(served.vt, plan.pool_vt)
-            plan.pool_vt = start
-            served.vt = start + 1.0 / served.weight
+            # Its turns in a row: one, or while no other group is read or left unread (a backlog of
+            # one tenant), every ready item read that the claim has room for, without the heap.
+            turns = 1 if heap or unread is not None else int(min(room - taken, served.slots, len(served.ready)))
+            step = 1.0 / served.weight
+            for _ in range(turns):
+                item, priority = served.ready.popleft()
+                plan.items.append(item)
+                start = max(served.vt, plan.pool_vt)  # the same sums, in order, as one turn at a time
+                plan.pool_vt = start
+                served.vt = start + step
+            taken += turns
             plan.vts[served.group] = served.vt
-            plan.taken[served.group] += 1
-            served.slots -= 1
+            plan.taken[served.group] += turns
+            served.slots -= turns
             if served.slots <= 0:
                 continue
             if served.ready:
