@@ -8,7 +8,7 @@ Tenants: ``big`` with 100,000 items, ``mid`` with 1,000, ``small`` with 10 and
 below 200 and 100, so a quick run keeps the shape). Each engine runs ``workhive
 work`` with ``--processes`` processes (memory: the same number of async worker
 loops in this process, its store being in-process) and a no-op or a 5 ms
-handler, four times over the same items:
+handler, four times over the same items, each run on a fresh store of its own:
 
 - ungrouped: the same items without groups (the throughput baseline);
 - equal: one group per tenant, equal weights;
@@ -97,7 +97,12 @@ def store(engine: str, tmp: Path) -> Iterator[str]:
     if engine == "memory":
         yield f"memory://{name}"
     elif engine == "sqlite":
-        yield f"sqlite:///{tmp / 'fairness.db'}"
+        path = tmp / f"{name}.db"
+        try:
+            yield f"sqlite:///{path}"
+        finally:
+            for leftover in tmp.glob(f"{name}.db*"):  # with its -wal and -shm
+                leftover.unlink()
     elif engine == "postgres":
         from workhive.testing.services import drop_postgres_schema
 
@@ -275,33 +280,46 @@ def analyse(events: list[Event], sizes: dict[str, int], weights: dict[str, float
     }
 
 
-async def bench_engine(engine: str, url: str, args: argparse.Namespace, tmp: Path) -> list[str]:
+async def one_run(engine: str, url: str, handler: str, run: str, args: argparse.Namespace, tmp: Path) -> Any:
+    """One run (its items pushed, its fleet drained) on a store of its own: the analysis, or a skip line."""
     import workhive
     from workhive.storage import ServesGroups
 
     sizes = tenants(args.items_scale)
-    lines = []
+    run_sizes = dict(sizes, big=min(sizes["big"], LIMITED_BIG)) if run == "limited" else sizes
+    pool = f"fair-{handler}-{run}"
     async with workhive.open(url) as hive:
         if not isinstance(hive.storage, ServesGroups):
-            return [f"fairness {engine}: skipped: storage {type(hive.storage).__name__} does not serve groups here"]
-        for handler in args.handlers:
-            results: dict[str, dict[str, Any]] = {}
-            for run in RUNS:
-                pool = f"fair-{handler}-{run}"
-                run_sizes = dict(sizes, big=min(sizes["big"], LIMITED_BIG)) if run == "limited" else sizes
-                await prepare(hive, pool, run, run_sizes)
-                if engine == "memory":
-                    events = await run_in_process(hive, pool, handler, args.processes * args.concurrency)
-                else:
-                    log = tmp / f"{engine}-{pool}.log"
-                    await asyncio.to_thread(run_fleet_of, url, pool, handler, args.processes, args.concurrency, log)
-                    events = events_of(log)
-                weights = {"big": BIG_WEIGHT} if run == "weighted" else {}
-                results[run] = analyse(events, run_sizes, weights)
-                expected = sum(run_sizes.values())
-                if results[run]["done"] != expected:
-                    lines.append(f"fairness {engine} {handler} {run}: {results[run]['done']} of {expected} items ran")
-            lines += report(engine, handler, results, args)
+            return f"fairness {engine}: skipped: storage {type(hive.storage).__name__} does not serve groups here"
+        await prepare(hive, pool, run, run_sizes)
+        if engine == "memory":
+            events = await run_in_process(hive, pool, handler, args.processes * args.concurrency)
+        else:
+            log = tmp / f"{engine}-{pool}.log"
+            await asyncio.to_thread(run_fleet_of, url, pool, handler, args.processes, args.concurrency, log)
+            events = events_of(log)
+    weights = {"big": BIG_WEIGHT} if run == "weighted" else {}
+    result = analyse(events, run_sizes, weights)
+    result["expected"] = sum(run_sizes.values())
+    return result
+
+
+def bench_engine(engine: str, args: argparse.Namespace, tmp: Path) -> list[str]:
+    """Every run of ``engine``, each on a fresh store: a run after another would inherit its finished
+    items, and on PostgreSQL its dead rows and the autovacuum they start, while the ungrouped baseline,
+    run first, had an empty store."""
+    lines = []
+    for handler in args.handlers:
+        results: dict[str, dict[str, Any]] = {}
+        for run in RUNS:
+            with store(engine, tmp) as url:
+                result = asyncio.run(one_run(engine, url, handler, run, args, tmp))
+            if isinstance(result, str):
+                return [result]
+            results[run] = result
+            if result["done"] != result["expected"]:
+                lines.append(f"fairness {engine} {handler} {run}: {result['done']} of {result['expected']} items ran")
+        lines += report(engine, handler, results, args)
     return lines
 
 
@@ -357,8 +375,7 @@ def main() -> None:
         tmp = Path(d)
         for engine in [e for e in args.engines.split(",") if e]:
             try:
-                with store(engine, tmp) as url:
-                    lines = asyncio.run(bench_engine(engine, url, args, tmp))
+                lines = bench_engine(engine, args, tmp)
             except ImportError as exc:
                 lines = [f"fairness {engine}: skipped: {exc.name} is not installed"]
             for line in lines:
