@@ -167,6 +167,36 @@ async def test_a_completion_frees_a_limited_slot_without_a_wake_up_from_storage(
 
 
 @pytest.mark.asyncio
+async def test_the_shared_wait_for_work_ends_with_the_run():
+    """A wait for work still in flight when the run ends is cancelled there, before the storage closes.
+
+    Left running it outlived the run: the caller then closed the hive under it, and the wait failed
+    with "storage ... is not open", logged as a warning by every idle process of a fleet at its end.
+    """
+    async with workhive.open("memory://") as hive:
+        pool = hive.pool("jobs")
+        await pool.set_limit(1)  # claims come back empty while the one slot is taken: workers wait
+        await pool.push_many([{"n": n} for n in range(4)])
+        never = asyncio.Event()
+        waits: list[str] = []
+
+        async def no_wake_up(pool_name: str, timeout: float) -> None:
+            waits.append("started")
+            try:
+                await never.wait()
+            finally:
+                waits.append("ended")
+
+        hive.storage.wait_for_work = no_wake_up  # type: ignore[method-assign]
+        opts = FleetOptions(pool="jobs", handler="handlers:echo_async", concurrency=4)
+        runtime = ProcessRuntime(opts, hive=hive, sink=ListSink())
+        code = await asyncio.wait_for(runtime.run(stop_when_empty=True), BOUND)
+        ended_with_the_run = list(waits)
+    assert code == 0 and "started" in ended_with_the_run
+    assert ended_with_the_run.count("ended") == ended_with_the_run.count("started"), ended_with_the_run
+
+
+@pytest.mark.asyncio
 async def test_no_status_is_written_once_deregistration_began():
     """STOPPED is the last word: a status wished while deregistering (a heartbeat's in-flight count,
     a lane ending) is dropped, or, written after it, it would leave a stopped worker BUSY."""

@@ -102,6 +102,11 @@ class IdleWaiter:
         if not self._notify:
             self._timeout = min(IDLE_POLL_MAX, timeout * 2)
 
+    def cancel(self) -> None:
+        """Stop the wait in flight: the process is ending, and its storage closes after this."""
+        if self._task is not None:
+            self._task.cancel()
+
     async def wait(self) -> None:
         """Return when work may be there, or when the process starts stopping."""
         if self._task is None or self._task.done():
@@ -319,6 +324,9 @@ class ProcessRuntime:
         finally:
             if watcher is not None:
                 watcher.cancel()
+            # A shared wait still in flight would outlive the run and meet the closed storage
+            # ("waiting for work failed: ... is not open", logged by idle PostgreSQL workers at a fleet's end).
+            self.idle.cancel()
             await self._deregister_all()
             heartbeat.cancel()
             await self.counts.close()
