@@ -229,8 +229,10 @@ groups.py               GR1   push / claim / get  optional (``ServesGroups``): `
                                                   (P3) is per pool across groups; requeue, fail, release,
                                                   release_by_worker and expiry keep the group.
                         GR2   claim               turns: among the claimable items of the highest priority    equal_groups_take_turns_in_a_fixed_rotation,
-                                                  an admissible group holds, each claim (a batch of n acts    a_batch_claim_takes_turns_as_single_claims_would
-                                                  as n one-item claims) takes the oldest item (C1 order) of
+                                                  an admissible group holds, each claim (a batch of n acts    a_batch_claim_takes_turns_as_single_claims_would,
+                                                  as n one-item claims, also when it deals a group's turns    a_run_of_turns_leaves_what_single_claims_leave
+                                                  in a row, and leaves the same turns behind it) takes the
+                                                  oldest item (C1 order) of
                                                   the group whose turn it is; equal weights: strict rotation
                                                   in a fixed order while the groups stay backlogged.
                                                   Ungrouped items take turns as one group.
@@ -242,14 +244,15 @@ groups.py               GR1   push / claim / get  optional (``ServesGroups``): `
                                                   served within k claims (k ready groups) and over the next
                                                   m claims takes at most m * w / sum(w) + 2.
                         GR5   claim               priority first: an admissible item of a higher priority is  a_higher_priority_goes_first_whatever_the_turns,
-                                                  claimed before any item of a lower priority, whatever the   [model]
-                                                  turns.
+                                                  claimed before any item of a lower priority, whatever the   a_run_of_turns_leaves_what_single_claims_leave,
+                                                  turns.                                                      [model]
                         GR6   set_group_limit     a claim never leaves more than n unexpired claims of a      a_higher_priority_goes_first_whatever_the_turns,
                                                   group (its own limit, else the default ``group=None`` for   a_group_limit_caps_its_claims_and_every_settlement_frees_a_slot,
                                                   named groups; ungrouped: only the pool's), across tasks,    a_default_group_limit_binds_every_named_group_without_its_own,
                                                   processes and machines; an expiry frees the slot at its     group_and_pool_limits_hold_under_concurrent_tasks,
                                                   expiry, complete/fail/release/cancel/reap at once; a group  group_and_pool_limits_hold_across_processes,
-                                                  at its limit is skipped; lowering takes nothing back.       [model]
+                                                  at its limit is skipped; lowering takes nothing back.       a_run_of_turns_leaves_what_single_claims_leave,
+                                                                                                              [model]
                         GR7   set_pool_limit      a claim never leaves more than n unexpired claims in the    group_and_pool_limits_hold_under_concurrent_tasks,
                                                   pool, across tasks, processes and machines.                 group_and_pool_limits_hold_across_processes,
                                                                                                               a_pool_limit_caps_the_claims_of_every_group,

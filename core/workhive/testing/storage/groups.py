@@ -116,6 +116,50 @@ class GroupRules(ContractBase):
         rest = await pool.claim_many(2, "w1", lease=lease * 100)
         assert Counter(_groups(rest)) == {"a": 1, "b": 1}, _groups(rest)
 
+    @pytest.mark.asyncio
+    async def test_a_run_of_turns_leaves_what_single_claims_leave(self, hive: Hive, lease: float) -> None:
+        """[GR2][GR5][GR6] a batch whose turns go to one group for a while (alone at its priority, then at
+        its limit, then the last with ready items) takes the same items, in the same order, as
+        one-item claims do, and leaves the same turns behind it for the claims after it.
+
+        Backends may deal such a run of turns at once rather than one at a time; the group's virtual
+        time after it must be what the single claims left, or the rotation after the batch differs.
+        """
+        self.needs_groups(hive)
+        long = lease * 100
+
+        async def fill(pool: Pool) -> None:
+            await pool.set_group_limit("c", 2)
+            await pool.push_many([Job(f"a5-{n}", group="a", priority=5) for n in range(6)])
+            await pool.push_many([Job(f"a1-{n}", group="a", priority=1) for n in range(8)])
+            await pool.push_many([Job(f"b1-{n}", group="b", priority=1) for n in range(3)])
+            await pool.push_many([Job(f"u1-{n}", priority=1) for n in range(2)])
+            await pool.push_many([Job(f"c3-{n}", group="c", priority=3) for n in range(4)])
+
+        async def both(claims: int) -> list[object]:
+            taken = await batched.claim_many(claims, "w1", lease=long)
+            one_by_one = await self.claim_each(single, len(taken), long)
+            assert [item.data for item in taken] == [item.data for item in one_by_one]
+            for pool, items in ((batched, taken), (single, one_by_one)):
+                for item in items:
+                    if item.group == "c":
+                        await pool.complete(item)  # c's slots free for the next round
+            return [item.data for item in taken]
+
+        batched, single = hive.pool("batched"), hive.pool("single")
+        for pool in (batched, single):
+            await fill(pool)
+        first = await both(12)
+        assert first[:8] == [*(f"a5-{n}" for n in range(6)), "c3-0", "c3-1"], first
+        rest = await both(30)  # c's last two, then the priority-1 rotation until a alone is left
+        assert len(first) + len(rest) == 23 and rest[-1] == "a1-7", rest
+        for pool in (batched, single):
+            await pool.push_many([Job(f"a1-more-{n}", group="a", priority=1) for n in range(4)])
+            await pool.push_many([Job(f"b1-more-{n}", group="b", priority=1) for n in range(4)])
+        after = await both(8)  # the turns a's run left: where a stands against b, which comes back
+        assert sorted(after) == sorted([*(f"a1-more-{n}" for n in range(4)), *(f"b1-more-{n}" for n in range(4))])
+        assert await single.claim("w1", lease=long) is None
+
     # -- GR3 ------------------------------------------------------------------
     @pytest.mark.asyncio
     async def test_weights_share_the_claims(self, hive: Hive, lease: float) -> None:

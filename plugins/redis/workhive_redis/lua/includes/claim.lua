@@ -20,8 +20,11 @@
   or leaves (ready, gready, leases, held:<worker>, gl:<group>). A served
   group whose next item has the same priority keeps its place in the index
   (one ZADD re-scores it); only a group whose level changes, that empties,
-  pauses or fills goes through group_unindex / group_sync. The turns taken
-  are exactly those of n single claims.
+  pauses or fills goes through group_unindex / group_sync. A group alone in
+  turn (the only one at the top level, no ungrouped item at that priority)
+  takes its run of turns at that priority in one read and one ZREM: a backlog
+  of one tenant cost 6 calls an item against an ungrouped pool's 2, now 2.
+  The turns taken are exactly those of n single claims.
 
   Returns a flat array: the lease expiry, then per item
   id, payload, priority, attempts, max_attempts, token, created_at,
@@ -95,6 +98,7 @@ local function turns(base, now, room, ids, groups)
   local plain = nil -- the head of 'ready' not taken yet (false: none); nil: to read
   local top = nil -- the index's top level (false: none); nil: to read (gqp may have changed)
   local known = {} -- group -> its settings, vt and claims in flight, read once per batch
+  local crowded = nil -- the `top` read whose level holds more than one group
 
   local function advance(vt, weight)
     if vt > pool_vt then
@@ -112,9 +116,10 @@ local function turns(base, now, room, ids, groups)
     end
   end
 
-  -- One turn: the member taken and its group (false: ungrouped); nil: nothing left; 'again': a
-  -- group was parked or healed out of the index, look again.
-  local function one()
+  -- One turn, or several in a row (a group alone in turn, see below), at most `left`: the members
+  -- taken and their group (false: ungrouped); nil: nothing left; 'again': a group was parked or
+  -- healed out of the index, look again.
+  local function one(left)
     if plain == nil then
       local head = redis.call('ZRANGE', base .. 'ready', #from_ready, #from_ready, 'WITHSCORES')
       plain = #head > 0 and head
@@ -147,7 +152,7 @@ local function turns(base, now, room, ids, groups)
       local member = plain[1]
       from_ready[#from_ready + 1] = member
       plain = nil
-      return member, false
+      return { member }, false
     end
     local group = turn[1]
     local g = known[group]
@@ -172,7 +177,22 @@ local function turns(base, now, room, ids, groups)
       top = nil
       return 'again'
     end
-    local head = redis.call('ZRANGE', base .. 'gr:' .. group, 0, 1, 'WITHSCORES')
+    -- Alone in turn: the only group at the top level, and no ungrouped item at that priority.
+    -- Then every turn until its priority drops is its own (a lower level never comes first, and
+    -- its vt only grows): those come off its set in one read and one ZREM, not four calls a turn.
+    -- (A level found shared is not counted again until the index is read again: `top` is then a new table.)
+    local run = 1
+    if left > 1 and crowded ~= top and not (plain and tonumber(plain[2]) == tonumber(top[2])) then
+      if redis.call('ZCARD', base .. 'gq:' .. top[1]) == 1 then
+        run = left
+        if g.limit then
+          run = math.min(run, g.limit - g.live)
+        end
+      else
+        crowded = top
+      end
+    end
+    local head = redis.call('ZRANGE', base .. 'gr:' .. group, 0, run, 'WITHSCORES')
     if #head == 0 then
       flush(group, g)
       group_unindex(base, group)
@@ -180,14 +200,22 @@ local function turns(base, now, room, ids, groups)
       top = nil
       return 'again'
     end
-    redis.call('ZREM', base .. 'gr:' .. group, head[1])
-    from_groups[#from_groups + 1] = head[1]
-    g.vt = advance(g.vt, g.weight)
+    local taken = {}
+    for i = 1, math.min(run, #head / 2) do
+      if head[2 * i] ~= head[2] then
+        break
+      end
+      taken[i] = head[2 * i - 1]
+      from_groups[#from_groups + 1] = taken[i]
+      g.vt = advance(g.vt, g.weight) -- one turn at a time: the same sums as single claims
+    end
+    call_each('ZREM', base .. 'gr:' .. group, taken)
     g.moved = true
     if g.live then
-      g.live = g.live + 1
+      g.live = g.live + #taken
     end
-    if #head > 2 and head[4] == head[2] then
+    local after = 2 * #taken + 1 -- its next item, if read
+    if head[after] and head[after + 1] == head[2] then
       -- Its next item has the same priority: it stays at this level, re-scored by its new vt.
       redis.call('ZADD', base .. 'gq:' .. top[1], num(g.vt), group)
     else
@@ -196,17 +224,19 @@ local function turns(base, now, room, ids, groups)
       group_sync(base, group)
       top = nil
     end
-    return head[1], group
+    return taken, group
   end
 
   while #ids < room do
-    local member, group = one()
-    if member == nil then
+    local members, group = one(room - #ids)
+    if members == nil then
       break
     end
-    if member ~= 'again' then
-      ids[#ids + 1] = string.sub(member, 15)
-      groups[#groups + 1] = group
+    if members ~= 'again' then
+      for _, member in ipairs(members) do
+        ids[#ids + 1] = string.sub(member, 15)
+        groups[#groups + 1] = group
+      end
     end
   end
   call_each('ZREM', base .. 'ready', from_ready)
