@@ -103,6 +103,30 @@ async def test_a_call_from_another_thread_uses_the_threaded_connection(
         assert used == [False, True]
 
 
+@pytest.mark.asyncio
+async def test_both_connections_keep_a_statements_temporary_tables_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """temp_store = MEMORY on the loop's connection and the thread's: a grouped claim's temporary
+    tables (the rows an UPDATE with triggers changes, the rows RETURNING gives back) went to a
+    temporary file, about 90 KB written per claim of 512 items."""
+    storage = SqliteStorage(f"sqlite:///{tmp_path}/hive.db")
+    async with workhive.Hive(storage) as hive:
+        await hive.pool("jobs").push_many(["here", "there"], group="t")
+        seen: list[tuple[bool, int]] = []
+        claim = Operations.claim
+
+        def spy(self: Operations, *args: Any) -> Any:
+            seen.append((self is storage._fast, self.conn.execute("PRAGMA temp_store").fetchone()[0]))
+            return claim(self, *args)
+
+        monkeypatch.setattr(Operations, "claim", spy)
+        elsewhere = await asyncio.to_thread(asyncio.run, storage.claim("jobs", "w", 1, 30.0))
+        here = await storage.claim("jobs", "w", 1, 30.0)
+        assert len(elsewhere + here) == 2
+        assert seen == [(False, 2), (True, 2)]  # 2: MEMORY
+
+
 def _size(path: Path) -> int:
     return os.path.getsize(path)
 

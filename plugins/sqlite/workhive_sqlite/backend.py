@@ -228,14 +228,27 @@ class SqliteStorage:
             uri=not self.create,
         )
         try:
-            conn.execute(f"PRAGMA synchronous = {self.config.synchronous.upper()}")
-            # A checkpoint fsyncs; it runs on the connection's thread instead (_checkpoint).
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._session_pragmas(conn)  # a checkpoint fsyncs: it runs on the connection's thread instead
         except BaseException:
             conn.close()
             raise
         self._fast = Operations(conn, self._clock, optimistic=True)
         self._loop_thread = threading.get_ident()
+
+    def _session_pragmas(self, conn: sqlite3.Connection) -> None:
+        """What each connection sets for itself (both: the event loop's and the thread's)."""
+        conn.execute(f"PRAGMA synchronous = {self.config.synchronous.upper()}")
+        # Checkpoints run as their own step on the thread's connection (_checkpoint), between
+        # operations, while the event loop goes on: not inside a commit.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # A statement's temporary tables (an UPDATE with triggers keeps the rows it changes in
+        # one; RETURNING keeps its rows in another) stay in memory, not in a temporary file: a
+        # grouped claim of 512 items wrote about 90 KB there (0.78 blocks of 512 bytes an item
+        # written against 0.44 in memory; an ungrouped claim's 0.38 either way). What they hold
+        # is bounded by a statement's rows: a claim's or a batch of settlements' (at most 10,000
+        # items); the largest is the sort behind a group report's counts, about 20 bytes per
+        # pending item of the pool while the report runs.
+        conn.execute("PRAGMA temp_store = MEMORY")
 
     def _target(self) -> str:
         """What the connections open: the path, or with ``create=False`` a URI that never creates the file."""
@@ -322,10 +335,7 @@ class SqliteStorage:
                 "filesystem with shared memory, not a network share",
                 path=str(self.path),
             )
-        conn.execute(f"PRAGMA synchronous = {self.config.synchronous.upper()}")
-        # Checkpoints run as their own step on this thread (_checkpoint), between
-        # operations, while the event loop goes on: not inside a commit.
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self._session_pragmas(conn)
         migrate(conn, str(self.path), self._ops.begin)
         self._check_integrity(conn)
         if self._hive_clock is not None:
