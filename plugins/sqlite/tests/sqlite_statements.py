@@ -160,9 +160,14 @@ def _workload(ops: Operations, hive_clock: HiveClock, now: list[float], path: st
     groups.pause_group(ops, "g", "t", 60.0)
     assert ops.next_due(["g"])["g"] == now[0] + 30.0
     assert [g.group for g in groups.group_report(ops, "g").groups] == [None, "t"]
-    # A group taking a second turn in one claim reads its next ready items (its first came with its row).
+    # A group alone in turn is claimed off its index by one statement (claim_group_items); beside
+    # another, a group taking a second turn in one claim reads its next ready items (its first came
+    # with its row; v's weight gives u two turns to its one).
     ops.push("h", [NewItem(payload="1", group="u") for _ in range(3)])
     assert [item.group for item in ops.claim("h", "w1", 2, 30.0)] == ["u", "u"]
+    groups.set_group_weight(ops, "h", "v", 0.5)
+    ops.push("h", [NewItem(payload="1", group="u") for _ in range(3)] + [NewItem(payload="1", group="v")])
+    assert sorted(item.group for item in ops.claim("h", "w1", 3, 30.0)) == ["u", "u", "v"]
 
 
 def record_every_operation(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:

@@ -543,9 +543,12 @@ async def test_a_claim_reads_settings_and_turns_in_one_statement_and_sees_anothe
         assert [_group_of(i) for i in await store.claim("p", "w", 3, LEASE)] == ["c"] * 3  # a at 1 of 1, b paused
         real.set_trace_callback(None)
         reads = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
-        # The settings and the turns in one statement; c's further items (it takes three turns) in one more.
+        # The settings and the turns in one statement; c, alone in turn (a full, b paused), takes its three
+        # turns by one UPDATE off its index (claim_group_items): none of its items is read first.
         assert [s for s in reads if "group_pools" in s or "groups_turns" in s] == reads[:1]
-        assert "group_pools" in reads[0] and "groups_turns" in reads[0] and len(reads) == 2
+        assert "group_pools" in reads[0] and "groups_turns" in reads[0] and len(reads) == 1
+        claims = {s for s in seen if s.lstrip().startswith("UPDATE items SET")}  # (traced once a row returned)
+        assert len(claims) == 1 and "INDEXED BY items_group_ready" in claims.pop()
         groups.set_pool_limit(other, "p", 4)
         assert await store.claim("p", "w", 3, LEASE) == []  # 4 in flight: the pool is at its limit
     finally:

@@ -103,6 +103,7 @@ _STATEMENT_DIGESTS = {
     "group_pool_settings": "728ec9b539b5f3ad",
     "group_ready_items": "25243ea5cdc04a8b",
     "claim_items": "a82ca00781164980",
+    "claim_group_items": "dd3cf59460ef56fd",  # a group alone in turn, claimed off its index
     "group_took_turns": "93ac24245234c8c8",
     "group_pool_vt": "567b456a2d31a068",
     "group_count_claims": "52bdebbf3dfdf759",  # version 10

@@ -148,16 +148,20 @@ def take_turns(
             rows = execute(*_ops._bind(_Q["group_claim_turns"], args))
             first = rows.fetchone()
         room = limit if pool_limit is None else min(limit, pool_limit - _pool_in_flight(ops, pool, now))
-        plan = _plan(ops, pool, now, default_limit, pool_vt, room, rows, first)
+        plan = _plan(ops, pool, now, default_limit, pool_vt, room, rows, first, True)
     finally:
         rows.close()
     lease = float(lease)
     expiry = now + lease
-    if not plan.items:
+    if plan.alone is not None:
+        claimed, order = _claim_alone(ops, pool, now, worker_id, lease, expiry, plan)
+    elif not plan.items:
         return [], {}, expiry
-    claimed = execute(
-        *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
-    ).fetchall()
+    else:
+        claimed = execute(
+            *_ops._bind(_Q["claim_items"], (json.dumps(plan.items), now, 0, worker_id, lease, expiry))
+        ).fetchall()
+        order = {item: n for n, item in enumerate(plan.items)}
     # Claims in flight are counted only while a limit reads them (group_pools.counted, version 10).
     ops.conn.executemany(
         _Q["group_took_turns"],
@@ -165,7 +169,30 @@ def take_turns(
     )
     if plan.pool_vt != pool_vt:
         execute(*_ops._bind(_Q["group_pool_vt"], (plan.pool_vt, pool)))
-    return claimed, {item: n for n, item in enumerate(plan.items)}, expiry
+    return claimed, order, expiry
+
+
+def _claim_alone(
+    ops: Operations, pool: str, now: float, worker_id: str, lease: float, expiry: float, plan: _Plan
+) -> tuple[list[Any], dict[int, int]]:
+    """The claim of a plan whose turns all go to one group: its rows and their turn order; the
+    group's vt and the pool's moved in ``plan`` as that many turns in a row move them."""
+    served = plan.alone
+    assert served is not None
+    args = (pool, now, plan.alone_room, worker_id, lease, expiry, served.group)
+    claimed = ops.conn.execute(*_ops._bind(_Q["claim_group_items"], args)).fetchall()
+    # RETURNING comes in storage order: the turns went in claim order (priority, available_at, id).
+    ranked = sorted(claimed, key=lambda row: (-row[2], row[7], row[0]))
+    vt, pool_vt, step = served.vt, plan.pool_vt, 1.0 / served.weight
+    for _ in ranked:
+        start = max(vt, pool_vt)  # the same sums, in order, as one turn at a time
+        pool_vt = start
+        vt = start + step
+    if ranked:
+        plan.vts[served.group] = vt
+        plan.taken[served.group] = len(ranked)
+        plan.pool_vt = pool_vt
+    return claimed, {row[0]: n for n, row in enumerate(ranked)}
 
 
 #: How many columns of a group_claim_turns row are the pool's settings (the same in every row).
@@ -185,6 +212,10 @@ class _Plan:
     vts: dict[str, float]
     pool_vt: float
     taken: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    #: Every turn of the claim goes to this one group (no other has a ready item it may take):
+    #: up to ``alone_room`` of its items, claimed off its index by one statement (take_turns).
+    alone: _Candidate | None = None
+    alone_room: int = 0
 
 
 class _Candidate:
@@ -225,6 +256,7 @@ def _plan(
     room: int,
     rows: Any = None,
     unread: Any = None,
+    may_leave_alone: bool = False,
 ) -> _Plan:
     """Choose up to ``room`` turns as that many one-item claims in a row would (GR2-GR8).
 
@@ -234,7 +266,10 @@ def _plan(
     can, as its ready items are at most its head. Paused groups, groups at
     their limit and groups without a ready item are read past; no other group
     is read. Nothing is written here: the items stay pending, so a group's
-    later reads skip the ones read before.
+    later reads skip the ones read before. With ``may_leave_alone`` (a claim's
+    own plan, not a look whether one could be served), a group that takes
+    every turn from the first on is named in ``alone``, its items not read
+    (``take_turns`` claims them by one statement).
     """
     plan = _Plan([], {}, pool_vt)
     if room <= 0:
@@ -270,6 +305,12 @@ def _plan(
             if not heap:
                 break
             served = heapq.heappop(heap)[3]
+            if may_leave_alone and not taken and not heap and unread is None:
+                # Alone from the first turn: its items in claim order are the claim's, which one
+                # statement takes off items_group_ready as an ungrouped claim does (no ids read
+                # here and sent back); take_turns counts the turns from what it got.
+                plan.alone, plan.alone_room = served, int(min(room, served.slots))
+                break
             if not served.ready:
                 # Keyed by a bound: read its next items, and serve it only if it still comes first.
                 # Alone (no other group read or unread) it takes every turn left: read them at once, as

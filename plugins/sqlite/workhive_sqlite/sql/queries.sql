@@ -576,6 +576,19 @@ WHERE id IN (SELECT value FROM json_each(?1))
 RETURNING
     @claimed_columns()
 
+-- claim_group_items --
+-- A claim by turns whose every turn goes to one group (groups._plan: no other group has
+-- an item it may take): up to ?3 of group ?7's items of pool ?1 ready at time ?2, in
+-- claim order, for worker ?4, lease ?5 seconds until ?6. The statement an ungrouped
+-- claim is, off items_group_ready: no list of ids read first and sent back (claim_items).
+@claim_set()
+WHERE id IN (
+    SELECT id FROM items INDEXED BY items_group_ready
+    WHERE pool = ?1 AND grp = ?7 AND state = 'pending' AND available_at <= ?2
+    ORDER BY priority DESC, available_at, id LIMIT ?3)
+RETURNING
+    @claimed_columns()
+
 -- group_took_turns --
 -- After a claim by turns (claim_items), for each group it served: its virtual time is
 -- ?, it has ? more claims in flight (0 where they are not counted), and its head is
