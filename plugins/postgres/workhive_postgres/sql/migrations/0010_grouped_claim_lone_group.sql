@@ -27,11 +27,11 @@
 -- 58.3 -> 54.6 us an item (ungrouped 41.7), CPU of fleet + server 116.9 -> 110.6 us an item
 -- (ungrouped 97.9), i.e. 0.84x -> 0.88x of the ungrouped throughput by CPU; run to run the
 -- figures vary by 20-30% there, and 4 clients claiming 200 at a time from one group (no
--- fleet) measured 53.0 -> 52.1 us an item of server CPU (plain 38.4): a small gain, within
--- that noise. Grouped claims do not end short more often than ungrouped ones (fleet:
--- 208-220 items a claim against 194-213). What is left is
--- mostly not plpgsql: the claim's UPDATE maintains one more index (items_group_leases),
--- the group's items are read from the bottom of its range twice a claim (the count that
+-- fleet) measured 53.0 -> 52.1 us an item of server CPU (plain 38.4), and a last fleet
+-- batch (3 runs each) 51.2 -> 51.8 (ungrouped 39.1): a small gain at best, within that
+-- noise. Grouped claims do not end short more often than ungrouped ones (fleet: 208-220
+-- items a claim against 194-213). What is left is mostly not plpgsql: the claim's UPDATE
+-- maintains one more index (items_group_leases), the group's items are read from the bottom of its range twice a claim (the count that
 -- admits it and the lock; no claim marks for groups, so past every dead entry), and each
 -- new session compiles the function and custom-plans its ~25 statements five times.
 --
