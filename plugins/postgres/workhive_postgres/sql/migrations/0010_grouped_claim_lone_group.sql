@@ -31,9 +31,10 @@
 -- batch (3 runs each) 51.2 -> 51.8 (ungrouped 39.1): a small gain at best, within that
 -- noise. Grouped claims do not end short more often than ungrouped ones (fleet: 208-220
 -- items a claim against 194-213). What is left is mostly not plpgsql: the claim's UPDATE
--- maintains one more index (items_group_leases), the group's items are read from the bottom of its range twice a claim (the count that
--- admits it and the lock; no claim marks for groups, so past every dead entry), and each
--- new session compiles the function and custom-plans its ~25 statements five times.
+-- maintains one more index (items_group_leases), the group's items are read from the
+-- bottom of its range twice a claim (the count that admits it and the lock; no claim marks
+-- for groups, so past every dead entry), and each new session compiles the function and
+-- custom-plans its ~25 statements five times.
 --
 -- Otherwise as in version 9 (migration 0009: see its head and the comment on its claim_grouped).
 CREATE OR REPLACE FUNCTION claim_grouped(clock_offset float8, p_pool text, p_worker text, p_lease float8, p_limit integer)
