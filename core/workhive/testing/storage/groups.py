@@ -136,7 +136,7 @@ class GroupRules(ContractBase):
             await pool.push_many([Job(f"u1-{n}", priority=1) for n in range(2)])
             await pool.push_many([Job(f"c3-{n}", group="c", priority=3) for n in range(4)])
 
-        async def both(claims: int) -> list[object]:
+        async def both(claims: int) -> list[str]:
             taken = await batched.claim_many(claims, "w1", lease=long)
             one_by_one = await self.claim_each(single, len(taken), long)
             assert [item.data for item in taken] == [item.data for item in one_by_one]
@@ -144,7 +144,7 @@ class GroupRules(ContractBase):
                 for item in items:
                     if item.group == "c":
                         await pool.complete(item)  # c's slots free for the next round
-            return [item.data for item in taken]
+            return [str(item.data) for item in taken]
 
         batched, single = hive.pool("batched"), hive.pool("single")
         for pool in (batched, single):
