@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import workhive
-from workhive.errors import LeaseLost
+from workhive.errors import LeaseLost, OutcomeUnknown
 
 
 def drain(url: str, name: str, coroutines: int, lease: float, out: Any) -> None:
@@ -18,9 +18,17 @@ def drain(url: str, name: str, coroutines: int, lease: float, out: Any) -> None:
         async with workhive.open(url, lease=lease) as hive:
             pool = hive.pool("jobs")
 
+            async def claim(worker: str) -> Any:
+                try:
+                    return await pool.claim(worker)
+                except OutcomeUnknown:
+                    # The server killed the connection while the claim was in flight (claims are not
+                    # run again): an item it took comes back when its lease ends, like a lost claim.
+                    return None
+
             async def loop(i: int) -> None:
                 worker = f"{name}-{i}"
-                item = await pool.claim(worker)
+                item = await claim(worker)
                 while True:
                     if item is None:
                         # Lost claims come back after their lease: wait for the pool to empty for good.
@@ -28,7 +36,7 @@ def drain(url: str, name: str, coroutines: int, lease: float, out: Any) -> None:
                         if stats.pending + stats.delayed + stats.claimed == 0:
                             return
                         await pool.wait_for_work(0.2)
-                        item = await pool.claim(worker)
+                        item = await claim(worker)
                         continue
                     current = item
                     try:
