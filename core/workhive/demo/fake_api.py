@@ -183,6 +183,10 @@ class FakeLLMApi:
                 return
 
             def _send(self, status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
+                # A call counts as in flight until its answer leaves, not until it has left: the client
+                # may read it, hand its key's slot on, and the next call arrive and be admitted on
+                # another thread before this one is done writing (max_in_flight read 3 at a limit of 2).
+                self._uncount()
                 payload = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -210,9 +214,15 @@ class FakeLLMApi:
                 if status != 200:
                     self._send(status, error, headers)
                     return
+                self._counted: str | None = key
                 try:
                     self._answer(raw)
                 finally:
+                    self._uncount()  # (if no answer was sent)
+
+            def _uncount(self) -> None:
+                key, self._counted = getattr(self, "_counted", None), None
+                if key is not None:
                     api._answered(key)
 
             def _answer(self, raw: bytes) -> None:
