@@ -4,11 +4,14 @@ when another process gives it groups, and the wait of an idle worker."""
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 import postgres_server
 import pytest
 
 import workhive
+from workhive.testing.clock import ManualClock
 from workhive_postgres import PostgresStorage
 from workhive_postgres.sqlfiles import statements as schema_statements
 from workhive_postgres.sqlfiles import with_limit
@@ -222,3 +225,151 @@ async def test_a_batch_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item
             assert spent is not None and spent.state.name == "POISONED"
     finally:
         await conn.close()
+
+
+async def _grouped_claim_buffers(conn: asyncpg.Connection, schema: str, offset: float, *, from_the_bottom: bool) -> int:
+    """Buffers one grouped claim of one item reads and writes (EXPLAIN ANALYZE BUFFERS of the
+    call, its statements included), rolled back. ``from_the_bottom``: with the group marks
+    deleted first, so each group is read from its first entry, as before migration 0011."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        if from_the_bottom:
+            await conn.execute("DELETE FROM group_marks")
+        text = schema_statements(schema)["claim_grouped"]
+        found = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, offset, "jobs", "probe", 60.0, 1)
+        plan = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
+        assert plan["Actual Rows"] == 1, plan  # it claimed one item
+        return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+    finally:
+        await transaction.rollback()
+
+
+@pytest.mark.asyncio
+async def test_under_a_held_vacuum_horizon_a_grouped_claim_reads_as_much_after_many_items_as_after_few(
+    url: str, schema: str
+) -> None:
+    """Migration 0011: a grouped claim reads each group's head from the group's mark, past the
+    dead entries its finished items left (a held horizon keeps them all). From the bottom (the
+    marks deleted, as grouped claims read before version 11) the same claim reads more the more
+    items went through, and after 1,600 items far more than from the marks. (Both also write
+    more as the horizon is held: the claim's new row versions and index entries go where the
+    dead ones leave room, which the marks do not change.)"""
+    clock = ManualClock()
+    pin = await asyncpg.connect(postgres_server.SERVER)
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url, clock_offset=clock.offset) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every = 0.0  # marks move before every claim
+            pool = hive.pool("jobs")
+            await pool.push_many([{"n": i} for i in range(50)], group="big")
+            await pool.push_many([{"n": i} for i in range(50)], group="other")
+            await pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            await pin.fetchval("SELECT txid_current()")  # holds the horizon until it ends
+            measured: dict[int, tuple[int, int]] = {}
+            through = 0
+            for target in (200, 1600):
+                while through < target:
+                    taken = await pool.claim_many(50, "w1")
+                    assert len(taken) == 50
+                    assert all(await pool.complete_many([(item, "ok") for item in taken]))
+                    for group in ("big", "other"):
+                        refill = sum(1 for item in taken if item.group == group)
+                        await pool.push_many([{"n": through + i} for i in range(refill)], group=group)
+                    through += 50
+                # Past the marks' lag, then one claim moves them to the heads of the backlogs.
+                clock.advance(5)
+                item = await pool.claim("w1")
+                assert item is not None
+                await pool.complete(item, "ok")
+                await pool.push({"n": "refill"}, group=item.group)
+                # Once before measuring: the probe connection's first call compiles the function and
+                # plans its statements, reading the catalogs (over a thousand buffers).
+                await _grouped_claim_buffers(conn, schema, clock.offset(), from_the_bottom=False)
+                measured[target] = (
+                    await _grouped_claim_buffers(conn, schema, clock.offset(), from_the_bottom=False),
+                    await _grouped_claim_buffers(conn, schema, clock.offset(), from_the_bottom=True),
+                )
+            (marked_few, bottom_few), (marked_many, bottom_many) = measured[200], measured[1600]
+            assert bottom_many - bottom_few >= 30, measured  # the horizon is held: dead entries pile up
+            # The dead entries of 1,400 items (two each) the bottom walk reads and the marks pass.
+            assert bottom_many - marked_many >= 30, measured
+            assert marked_few <= bottom_few, measured
+    finally:
+        await pin.close()
+        await conn.close()
+
+
+_INSERT_PENDING_IN_T = (
+    "INSERT INTO items (pool, payload, state, priority, max_attempts, created_at, available_at, grp)"
+    " VALUES ('jobs', $1, 'pending', 0, 5, $2, $2, 't')"
+)
+
+
+@pytest.mark.asyncio
+async def test_a_group_mark_never_passes_the_start_of_a_transaction_writing_items(url: str, schema: str) -> None:
+    """Migration 0011: an item a push keys at its own start may commit after a claim moved its
+    group's mark. The mark stays at or below the start of every transaction holding a write lock
+    on items, so the item is claimed as soon as it commits."""
+    side = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every, storage.marks_lag = 0.0, 0.0
+            pool = hive.pool("jobs")
+            await pool.push_many(["first", "second"], group="t")
+            for _ in range(2):
+                item = await pool.claim("w1")
+                assert item is not None
+                await pool.complete(item, "ok")
+            await side.execute("BEGIN")
+            # As a push does: the group's row upserted (and locked until the commit), then the item.
+            await side.execute(
+                "INSERT INTO groups AS old (pool, grp, live) VALUES ('jobs', 't', true)"
+                " ON CONFLICT (pool, grp) DO UPDATE SET live = true WHERE NOT old.live"
+            )
+            await side.execute(_INSERT_PENDING_IN_T, '"late"', await side.fetchval("SELECT now_s(0)"))
+            assert await pool.claim("w1") is None  # not committed yet; this claim moved the marks
+            low = await side.fetchval("SELECT low FROM group_marks WHERE grp = 't' ORDER BY n DESC LIMIT 1")
+            start = await side.fetchval("SELECT extract(epoch FROM now())::float8")
+            assert low is not None and low <= start
+            await side.execute("COMMIT")
+            late = await pool.claim("w1")
+            assert late is not None and late.data == "late"
+    finally:
+        await side.close()
+
+
+@pytest.mark.asyncio
+async def test_an_item_below_its_groups_mark_is_claimed_at_the_next_sweep(url: str, schema: str) -> None:
+    """Migration 0011: an item that still ends up below its group's mark (a writer stalled past
+    the lag, a clock stepped back) is hidden until a sweep walks the group's band from the
+    bottom again, at most SWEEP_EVERY seconds later; then it is claimed, first, as its time says."""
+    admin = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    clock = ManualClock()
+    try:
+        async with workhive.open(url, clock_offset=clock.offset) as hive:
+            storage = hive.storage
+            assert isinstance(storage, PostgresStorage)
+            storage.marks_every = 0.0
+            pool = hive.pool("jobs")
+            await pool.push_many(["a", "b", "c"], group="t")
+            clock.advance(10)
+            a = await pool.claim("w1")  # finds the pool grouped; its group has no mark yet
+            assert a is not None and a.data == "a"
+            b = await pool.claim("w1")  # the group's first move sweeps, and puts its mark on "b"
+            assert b is not None and b.data == "b"
+            assert await admin.fetchval("SELECT count(*) FROM group_marks WHERE grp = 't'") == 1
+            long_ago = await admin.fetchval("SELECT now_s(0) - 1000")
+            await admin.execute(_INSERT_PENDING_IN_T, '"below"', long_ago)
+            c = await pool.claim("w1")
+            assert c is not None and c.data == "c"  # "below" is hidden under the mark
+            assert await pool.claim("w1") is None
+            clock.advance(storage.sweep_every)
+            below = await pool.claim("w1")
+            assert below is not None and below.data == "below"
+    finally:
+        await admin.close()

@@ -101,6 +101,10 @@ CONFLICT_RETRIES = 20
 MARKS_EVERY = 0.5
 MARKS_LAG = 0.25
 SWEEP_EVERY = 60.0
+#: (group, band) marks of a pool with groups moved by one advance at most (those marked longest
+#: ago first): a pool of many tenants costs a move a bounded walk, and a group waits for its
+#: turn among them (until then its claims read from its older mark, never past a live entry).
+GROUP_MARKS_PER_MOVE = 64
 
 
 class _Rerun(Exception):
@@ -559,6 +563,11 @@ class PostgresStorage:
             "moving claim marks", self._fetchval, "advance_marks", self._off(), pool,
             float(self.marks_every), float(self.marks_lag), float(self.sweep_every),
         )  # fmt: skip
+        if pool in self._grouped:
+            await self._run(
+                "moving group marks", self._fetchval, "advance_group_marks", self._off(), pool,
+                float(self.marks_every), float(self.marks_lag), float(self.sweep_every), GROUP_MARKS_PER_MOVE,
+            )  # fmt: skip
 
     async def _claim(self, conn: Any, pool: str, worker_id: str, limit: int, lease: float) -> list[WorkItem]:
         if pool in self._grouped:

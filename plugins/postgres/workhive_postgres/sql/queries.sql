@@ -370,6 +370,54 @@ WITH due AS (
 )
 SELECT count(*) FROM added;
 
+-- advance_group_marks --
+-- advance_marks for the live groups of pool $2 (migration 0011): each (group, band) whose
+-- newest mark in group_marks was set $3 s ago or more, at most $6 of them a call, those
+-- never marked or marked longest ago first, gets a new mark: the lowest of its first live
+-- entry at or above its old mark (from the bottom when it has none or its last sweep is
+-- $5 s old), the hive's clock (offset $1) minus the lag $4, and the start of each
+-- transaction holding a write lock on items. Older marks of those pairs go. Returns how
+-- many pairs moved.
+WITH due AS (
+    SELECT gr.grp, band.priority, mark.low, mark.swept_at,
+        mark.n IS NULL OR mark.swept_at <= @hive.now_s($1) - $5 AS sweep
+    FROM @hive.groups AS gr
+    JOIN @hive.claim_bands AS band ON band.pool = gr.pool
+    LEFT JOIN LATERAL (
+        SELECT m.low, m.set_at, m.swept_at, m.n FROM @hive.group_marks AS m
+        WHERE m.pool = gr.pool AND m.grp = gr.grp AND m.priority = band.priority
+        ORDER BY m.n DESC LIMIT 1
+    ) AS mark ON true
+    WHERE gr.pool = $2 AND gr.live AND gr.grp <> '' AND (mark.n IS NULL OR mark.set_at <= @hive.now_s($1) - $3)
+    ORDER BY mark.set_at NULLS FIRST, gr.grp, band.priority
+    LIMIT $6
+), writers AS (
+    SELECT min(coalesce(extract(epoch FROM activity.xact_start)::float8 + $1, '-Infinity')) AS oldest
+    FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid
+    WHERE held.locktype = 'relation' AND held.relation = '@hive.items'::regclass
+        AND held.mode = 'RowExclusiveLock' AND held.pid <> pg_backend_pid()
+), heads AS (
+    SELECT due.grp, due.priority, due.sweep, due.swept_at, (
+        SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
+        WHERE pool = $2 AND grp = due.grp AND priority = due.priority AND state IN ('pending', 'claimed')
+            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
+                >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
+        ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+        LIMIT 1
+    ) AS head
+    FROM due
+), added AS (
+    INSERT INTO @hive.group_marks (pool, grp, priority, low, set_at, swept_at)
+    SELECT $2, heads.grp, heads.priority, least(heads.head, @hive.now_s($1) - $4, writers.oldest), @hive.now_s($1),
+        CASE WHEN heads.sweep THEN @hive.now_s($1) ELSE heads.swept_at END
+    FROM heads CROSS JOIN writers
+    RETURNING grp, priority, n
+), dropped AS (
+    DELETE FROM @hive.group_marks AS old USING added
+    WHERE old.pool = $2 AND old.grp = added.grp AND old.priority = added.priority AND old.n < added.n
+)
+SELECT count(*) FROM added;
+
 -- now --
 -- The hive's clock.
 SELECT @hive.now_s($1);
