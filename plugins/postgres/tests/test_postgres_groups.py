@@ -296,7 +296,6 @@ async def test_under_a_held_vacuum_horizon_a_grouped_claim_reads_as_much_after_m
             assert bottom_many - bottom_few >= 30, measured  # the horizon is held: dead entries pile up
             # The dead entries of 1,400 items (two each) the bottom walk reads and the marks pass.
             assert bottom_many - marked_many >= 30, measured
-            assert marked_few <= bottom_few, measured
     finally:
         await pin.close()
         await conn.close()
