@@ -292,7 +292,7 @@ async def test_under_a_held_vacuum_horizon_a_grouped_claim_reads_as_much_after_m
                     await _grouped_claim_buffers(conn, schema, clock.offset(), from_the_bottom=False),
                     await _grouped_claim_buffers(conn, schema, clock.offset(), from_the_bottom=True),
                 )
-            (marked_few, bottom_few), (marked_many, bottom_many) = measured[200], measured[1600]
+            (_, bottom_few), (marked_many, bottom_many) = measured[200], measured[1600]
             assert bottom_many - bottom_few >= 30, measured  # the horizon is held: dead entries pile up
             # The dead entries of 1,400 items (two each) the bottom walk reads and the marks pass.
             assert bottom_many - marked_many >= 30, measured
