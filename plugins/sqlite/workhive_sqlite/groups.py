@@ -183,16 +183,21 @@ def _claim_alone(
     claimed = ops.conn.execute(*_ops._bind(_Q["claim_group_items"], args)).fetchall()
     # RETURNING comes in storage order: the turns went in claim order (priority, available_at, id).
     ranked = sorted(claimed, key=lambda row: (-row[2], row[7], row[0]))
-    vt, pool_vt, step = served.vt, plan.pool_vt, 1.0 / served.weight
-    for _ in ranked:
-        start = max(vt, pool_vt)  # the same sums, in order, as one turn at a time
-        pool_vt = start
-        vt = start + step
     if ranked:
-        plan.vts[served.group] = vt
+        plan.vts[served.group], plan.pool_vt = _after_turns(served.vt, plan.pool_vt, served.weight, len(ranked))
         plan.taken[served.group] = len(ranked)
-        plan.pool_vt = pool_vt
     return claimed, {row[0]: n for n, row in enumerate(ranked)}
+
+
+def _after_turns(vt: float, pool_vt: float, weight: float, turns: int) -> tuple[float, float]:
+    """A group's vt and the pool's after ``turns`` turns of the group in a row: each turn starts at the
+    later of the two and moves the group on by 1/weight, summed one turn at a time, in order, as that
+    many single claims sum them (a product would round differently, and the next turn would differ)."""
+    step = 1.0 / weight
+    for _ in range(turns):
+        pool_vt = max(vt, pool_vt)
+        vt = pool_vt + step
+    return vt, pool_vt
 
 
 #: How many columns of a group_claim_turns row are the pool's settings (the same in every row).
@@ -324,13 +329,10 @@ def _plan(
             # Its turns in a row: one, or while no other group is read or left unread (a backlog of
             # one tenant), every ready item read that the claim has room for, without the heap.
             turns = 1 if heap or unread is not None else int(min(room - taken, served.slots, len(served.ready)))
-            step = 1.0 / served.weight
             for _ in range(turns):
                 item, priority = served.ready.popleft()
                 plan.items.append(item)
-                start = max(served.vt, plan.pool_vt)  # the same sums, in order, as one turn at a time
-                plan.pool_vt = start
-                served.vt = start + step
+            served.vt, plan.pool_vt = _after_turns(served.vt, plan.pool_vt, served.weight, turns)
             taken += turns
             plan.vts[served.group] = served.vt
             plan.taken[served.group] += turns
