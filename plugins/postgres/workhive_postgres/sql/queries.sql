@@ -326,6 +326,25 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS head;
 
+-- fragment: mark_writers --
+-- A new mark's third bound, shared by advance_marks and advance_group_marks: the start of
+-- the oldest transaction holding a write lock on items, in the hive's clock (offset $1); a
+-- start hidden from this role counts as -Infinity.
+SELECT min(coalesce(extract(epoch FROM activity.xact_start)::float8 + $1, '-Infinity')) AS oldest
+FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid
+WHERE held.locktype = 'relation' AND held.relation = '@hive.items'::regclass
+    AND held.mode = 'RowExclusiveLock' AND held.pid <> pg_backend_pid()
+
+-- fragment: mark_head --
+-- A band's first live entry of pool $2 in items_claimable, for the marks: of group {grp},
+-- band due.priority, at or above due.low (from the bottom when due.sweep).
+SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
+WHERE pool = $2 AND grp = {grp} AND priority = due.priority AND state IN ('pending', 'claimed')
+    AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
+        >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
+ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
+LIMIT 1
+
 -- advance_marks --
 -- Move the marks of pool $2's bands whose newest mark was set $3 s ago or more (migration
 -- 0005 says why). A band's new mark is the lowest of: its first live entry at or above
@@ -344,18 +363,10 @@ WITH due AS (
     ) AS mark ON true
     WHERE band.pool = $2 AND (mark.n IS NULL OR mark.set_at <= @hive.now_s($1) - $3)
 ), writers AS (
-    SELECT min(coalesce(extract(epoch FROM activity.xact_start)::float8 + $1, '-Infinity')) AS oldest
-    FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid
-    WHERE held.locktype = 'relation' AND held.relation = '@hive.items'::regclass
-        AND held.mode = 'RowExclusiveLock' AND held.pid <> pg_backend_pid()
+    @mark_writers()
 ), heads AS (
     SELECT due.priority, due.sweep, due.swept_at, (
-        SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
-        WHERE pool = $2 AND grp = '' AND priority = due.priority AND state IN ('pending', 'claimed')
-            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
-                >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
-        ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-        LIMIT 1
+        @mark_head(grp='')
     ) AS head
     FROM due
 ), added AS (
@@ -392,18 +403,10 @@ WITH due AS (
     ORDER BY mark.set_at NULLS FIRST, gr.grp, band.priority
     LIMIT $6
 ), writers AS (
-    SELECT min(coalesce(extract(epoch FROM activity.xact_start)::float8 + $1, '-Infinity')) AS oldest
-    FROM pg_locks AS held JOIN pg_stat_activity AS activity ON activity.pid = held.pid
-    WHERE held.locktype = 'relation' AND held.relation = '@hive.items'::regclass
-        AND held.mode = 'RowExclusiveLock' AND held.pid <> pg_backend_pid()
+    @mark_writers()
 ), heads AS (
     SELECT due.grp, due.priority, due.sweep, due.swept_at, (
-        SELECT (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END) FROM @hive.items
-        WHERE pool = $2 AND grp = due.grp AND priority = due.priority AND state IN ('pending', 'claimed')
-            AND (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END)
-                >= (CASE WHEN due.sweep THEN '-Infinity' ELSE due.low END)
-        ORDER BY (CASE WHEN state = 'pending' THEN available_at ELSE lease_expires_at END), id
-        LIMIT 1
+        @mark_head(grp=due.grp)
     ) AS head
     FROM due
 ), added AS (
