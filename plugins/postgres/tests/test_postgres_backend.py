@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from typing import Any
 
 import asyncpg
 import postgres_server
 import pytest
+from postgres_buffers import claim_buffers
 
 import workhive
 from workhive.errors import OutcomeUnknown
@@ -347,23 +347,14 @@ async def test_a_claim_whose_connection_drops_after_it_ran_is_reported_unknown_n
 
 
 async def _claim_buffers(conn: Any, schema: str, offset: float, *, from_the_bottom: bool) -> int:
-    """Buffers one claim of one item reads and writes (EXPLAIN ANALYZE BUFFERS), rolled back.
+    """Buffers one claim of one item reads and writes, rolled back (postgres_buffers.claim_buffers).
 
     ``from_the_bottom``: with the marks deleted first, so every band is read from its
     first entry, as claims read them before migration 0005.
     """
-    transaction = conn.transaction()
-    await transaction.start()
-    try:
-        if from_the_bottom:
-            await conn.execute("DELETE FROM claim_marks")
-        text = with_limit(schema_statements(schema)["claim"], 1)
-        found = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, offset, "jobs", "probe", 60.0)
-        plan = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
-        assert plan["Actual Rows"] == 1, plan  # it claimed one item
-        return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
-    finally:
-        await transaction.rollback()
+    text = with_limit(schema_statements(schema)["claim"], 1)
+    args = (offset, "jobs", "probe", 60.0)
+    return await claim_buffers(conn, text, *args, marks="claim_marks", from_the_bottom=from_the_bottom)
 
 
 @pytest.mark.asyncio

@@ -4,11 +4,10 @@ when another process gives it groups, and the wait of an idle worker."""
 
 from __future__ import annotations
 
-import json
-
 import asyncpg
 import postgres_server
 import pytest
+from postgres_buffers import claim_buffers
 
 import workhive
 from workhive.testing.clock import ManualClock
@@ -228,21 +227,12 @@ async def test_a_batch_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item
 
 
 async def _grouped_claim_buffers(conn: asyncpg.Connection, schema: str, offset: float, *, from_the_bottom: bool) -> int:
-    """Buffers one grouped claim of one item reads and writes (EXPLAIN ANALYZE BUFFERS of the
-    call, its statements included), rolled back. ``from_the_bottom``: with the group marks
-    deleted first, so each group is read from its first entry, as before migration 0011."""
-    transaction = conn.transaction()
-    await transaction.start()
-    try:
-        if from_the_bottom:
-            await conn.execute("DELETE FROM group_marks")
-        text = schema_statements(schema)["claim_grouped"]
-        found = await conn.fetchval("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text, offset, "jobs", "probe", 60.0, 1)
-        plan = (json.loads(found) if isinstance(found, str) else found)[0]["Plan"]
-        assert plan["Actual Rows"] == 1, plan  # it claimed one item
-        return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
-    finally:
-        await transaction.rollback()
+    """Buffers one grouped claim of one item reads and writes (the call, its statements included),
+    rolled back. ``from_the_bottom``: with the group marks deleted first, so each group is read from
+    its first entry, as before migration 0011."""
+    text = schema_statements(schema)["claim_grouped"]
+    args = (offset, "jobs", "probe", 60.0, 1)
+    return await claim_buffers(conn, text, *args, marks="group_marks", from_the_bottom=from_the_bottom)
 
 
 @pytest.mark.asyncio
