@@ -21,8 +21,8 @@ fresh SQLite hive, far more items than the keys allow) calls it for
                   flight per key, printed beside the limit (it must never be above it)
 
 For each: successful calls as a fraction of the keys' combined capacity in
-the window (3 × rate × seconds, plus the second's worth each key's bucket
-holds at the start), and 429s as a fraction of all calls; every mode prints
+the window (3 × rate × its length as measured, at least ``--seconds``, plus
+the second's worth each key's bucket holds at the start), and 429s as a fraction of all calls; every mode prints
 the most calls in flight per key the API saw. (g) prints a line per phase,
 and after each change the seconds until the fleet's successes over 3 s are
 within 10% of the new limit (≥ 90% of it, calls ≤ 110% of it).
@@ -229,14 +229,17 @@ def _report(mode: str, label: str, window: dict[str, Any], args: argparse.Namesp
     limited = _sum(end, "rate_limited") - _sum(start, "rate_limited")
     peak = max(s["max_in_flight"] for s in end.values())
     limit = f"limit {args.key_concurrency}" if mode == "slots" else "no limit"
+    # The window as measured: the sampler's last sleep can overrun on a loaded machine, and the calls
+    # made meanwhile count, so the capacity counts that time too (at least the window asked for).
+    span = samples[-1][0]
     if mode != "moving":
-        capacity = 3 * args.rate * (args.seconds + 1.0)  # each key's bucket starts full: one second's worth more
+        capacity = 3 * args.rate * (span + 1.0)  # each key's bucket starts full: one second's worth more
         print(
             f"{label}  {_share(ok, capacity, calls, limited)}   in flight per key max {peak} ({limit})   {load}",
             flush=True,
         )
         return
-    print(f"{label}  {_share(ok, 3 * args.rate * (MOVING_SECONDS + 1.0), calls, limited)}   {load}", flush=True)
+    print(f"{label}  {_share(ok, 3 * args.rate * (span + 1.0), calls, limited)}   {load}", flush=True)
     bounds = [*(at for at, _ in SCHEDULE), MOVING_SECONDS]
     for (at, share), until in zip(SCHEDULE, bounds[1:]):
         a, b = _at(samples, at), _at(samples, until)

@@ -87,6 +87,9 @@ LEARN_MIN_RPS = 1.0 / 60.0
 LEARN_MAX_RPS = 10_000.0
 #: tokens may burst by this many seconds' worth of the per-minute rate
 TOKEN_BURST_SECONDS = 1.0
+#: requests under a known rpm may burst by this many seconds' worth of it (never less than one
+#: request): a quarter of the second's worth a provider's bucket holds (docs/budgets.md)
+KNOWN_BURST_SECONDS = 0.25
 #: a reservation is made at most this far ahead (seconds): a worker whose slot lies further out
 #: comes back later, so a queue of reservations never outlives a change of the rate
 RESERVE_AHEAD = 0.25
@@ -211,9 +214,13 @@ class Budget:
         """The takes of one call: a request at ``rps`` (the effective rate) and ``tokens`` against tpm/tpd."""
         out = []
         if rps is not None:
-            # One request of tolerance: calls spaced at the rate, the provider's burst allowance left as slack
-            # for the jitter between the schedule and when calls arrive (using it costs 429s, measured).
-            out.append(BudgetTake(f"{key}:rpm", 1.0 / rps, 1.0 / rps, 1.0))
+            # Calls spaced at the rate with one request of tolerance, the provider's burst allowance left as
+            # slack for the jitter between the schedule and when calls arrive (spending all of it costs 429s,
+            # measured). Under a known rpm a quarter of it is spent: a fresh key's first calls go at once,
+            # where pacing from the first call left that share of the provider's bucket unused for good.
+            # A learned rate is probing the limit, and bursts on top of it would be 429s.
+            tolerance = 1.0 / rps if self.rpm is None else max(1.0 / rps, KNOWN_BURST_SECONDS)
+            out.append(BudgetTake(f"{key}:rpm", 1.0 / rps, tolerance, 1.0))
         for field in ("tpm", "tpd"):
             limit = getattr(self, field)
             if limit is not None and tokens:

@@ -189,6 +189,27 @@ async def test_reserve_picks_the_key_that_can_go_soonest_then_the_least_recently
 
 
 @pytest.mark.asyncio
+async def test_a_known_rate_lets_a_quarter_second_of_calls_go_at_once_and_never_less_than_one(
+    store: DictBudgets, clock: FakeClock
+) -> None:
+    """A fresh key spends a quarter of the second's worth a provider's bucket holds, then paces."""
+    fast, slow = key("FAST", rpm=1200), key("SLOW", rpm=60)  # 20/s: 5 calls at once; 1/s: one
+    budgets = FleetBudgets(store, None, [fast, slow], reserve_ahead=math.inf, clock=clock)
+    waits = []
+    for _ in range(7):
+        reservation, _ = await budgets.reserve([fast], tokens=0, max_wait=5)
+        assert reservation is not None
+        waits.append(reservation.wait)
+    assert waits[:5] == [0.0] * 5
+    assert waits[5:] == pytest.approx([1 / 20, 2 / 20], abs=1e-5)
+    first, _ = await budgets.reserve([slow], tokens=0, max_wait=5)
+    second, _ = await budgets.reserve([slow], tokens=0, max_wait=5)
+    assert first is not None and second is not None and (first.wait, second.wait) == (0.0, 1.0)
+    learned = Budget().takes("L", tokens=0, rps=20.0)
+    assert [(t.interval, t.tolerance) for t in learned] == [(1 / 20, 1 / 20)], "a learned rate does not burst"
+
+
+@pytest.mark.asyncio
 async def test_reserve_beyond_max_wait_takes_nothing_and_says_when(store: DictBudgets, clock: FakeClock) -> None:
     a = key("A", rpm=6)  # one call per 10 s
     budgets = FleetBudgets(store, None, [a], reserve_ahead=math.inf, clock=clock)
