@@ -251,7 +251,8 @@ groups.py               GR1   push / claim / get  optional (``ServesGroups``): `
                                                   named groups; ungrouped: only the pool's), across tasks,    a_default_group_limit_binds_every_named_group_without_its_own,
                                                   processes and machines; an expiry frees the slot at its     group_and_pool_limits_hold_under_concurrent_tasks,
                                                   expiry, complete/fail/release/cancel/reap at once; a group  group_and_pool_limits_hold_across_processes,
-                                                  at its limit is skipped; lowering takes nothing back.       a_run_of_turns_leaves_what_single_claims_leave,
+                                                  at its limit is skipped; lowering takes nothing back; the   a_run_of_turns_leaves_what_single_claims_leave,
+                                                  claims in flight when a limit is set count against it.      a_limit_set_while_claims_are_in_flight_counts_them,
                                                                                                               [model]
                         GR7   set_pool_limit      a claim never leaves more than n unexpired claims in the    group_and_pool_limits_hold_under_concurrent_tasks,
                                                   pool, across tasks, processes and machines.                 group_and_pool_limits_hold_across_processes,

@@ -4,6 +4,8 @@ when another process gives it groups, and the wait of an idle worker."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import postgres_server
 import pytest
@@ -152,10 +154,12 @@ async def test_a_claim_never_waits_for_a_group_another_claim_holds_and_owes_its_
             # finds it uncommitted waits (once in a pool's life).
             assert [i.id for i in await pool.claim_many(2, "w0")] == [big[0], mid[0]]
             async with holder.transaction():
-                held = await holder.fetch("SELECT id, grp FROM claim_grouped(0, 'jobs', 'wA', 60, 2)")
+                held = await holder.fetch("SELECT id, grp FROM claim_grouped(0, 'jobs', 'wA', 60, 2) ORDER BY ord")
                 assert [r[1] for r in held] == ["big", "mid"]  # both rows now held until the commit
                 await other.execute("SET lock_timeout = '1ms'")
-                rows = await other.fetch("SELECT id, grp, taken FROM claim_grouped(0, 'jobs', 'wB', 60, 4)")
+                rows = await other.fetch(
+                    "SELECT id, grp, taken FROM claim_grouped(0, 'jobs', 'wB', 60, 4) ORDER BY ord"
+                )
                 # The holder's items are locked: the next ones, still in turns.
                 assert [(r[1], f"i{r[0]:016x}") for r in rows] == [
                     ("big", big[2]), ("mid", mid[2]), ("big", big[3]), ("mid", mid[3]),
@@ -198,6 +202,39 @@ async def test_a_limit_changes_between_claims_never_during_one(url: str, schema:
                         await setter.execute(q[name], *args)
             await setter.execute(q["group_set_limit"], "jobs", "t1", 1)
             assert await pool.claim("wB") is None  # the claim committed first holds the one slot
+    finally:
+        await holder.close()
+        await setter.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("default", [False, True], ids=["own-limit", "default-limit"])
+async def test_a_limit_set_while_a_claim_is_in_flight_counts_that_claim(url: str, schema: str, default: bool) -> None:
+    """[GR6] Migration 0012: claims of a group without a limit are not counted (items.counted); a
+    limit marks the group's claims in flight. One uncommitted when the limit is set is marked too:
+    the limit waits for its commit (the settings lock), then marks in a statement of its own, whose
+    snapshot sees it."""
+    holder = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    setter = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            await pool.push_many([f"t{n}" for n in range(5)], group="t1")
+            q = schema_statements(schema)
+            name, args = ("group_set_default_limit", ("jobs", 2)) if default else ("group_set_limit", ("jobs", "t1", 2))
+            async with holder.transaction():
+                assert len(await holder.fetch("SELECT id FROM claim_grouped(0, 'jobs', 'wA', 60, 3)")) == 3
+                assert await holder.fetchval("SELECT count(*) FROM items WHERE state = 'claimed' AND counted") == 0
+                setting = asyncio.ensure_future(setter.execute(q[name], *args))
+                # The setter waits for the settings lock the claim holds (checked in pg_locks, not timed).
+                while not await holder.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = $1",
+                    setter.get_server_pid(),
+                ):
+                    assert not setting.done()
+            await setting
+            assert await holder.fetchval("SELECT count(*) FROM items WHERE state = 'claimed' AND counted") == 3
+            assert await pool.claim("wB") is None, "3 claims in flight against a limit of 2"
     finally:
         await holder.close()
         await setter.close()

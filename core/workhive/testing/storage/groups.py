@@ -315,6 +315,28 @@ class GroupRules(ContractBase):
         assert Counter(_groups(rest)) == {"x": 3, "y": 3}  # big stays at its own limit of 3
 
     @pytest.mark.asyncio
+    async def test_a_limit_set_while_claims_are_in_flight_counts_them(self, hive: Hive, lease: float) -> None:
+        """[GR6] claims taken while a group had no limit count against the limit set later, its own or the
+        default (a backend that counts only the claims of limited groups must count these too)."""
+        self.needs_groups(hive)
+        pool = hive.pool("jobs")
+        await pool.push_many([f"a-{n}" for n in range(5)], group="a")
+        await pool.push_many([f"b-{n}" for n in range(5)], group="b")
+        first = await pool.claim_many(6, "w1", lease=lease * 100)
+        assert Counter(_groups(first)) == {"a": 3, "b": 3}
+        await pool.set_group_limit("a", 2)
+        await pool.set_default_group_limit(3)
+        assert await pool.claim("w1") is None, "a holds 3 claims against its limit of 2, b 3 against the default 3"
+        held_a = [item for item in first if item.group == "a"]
+        held_b = [item for item in first if item.group == "b"]
+        await pool.complete(held_a[0])
+        assert await pool.claim("w1") is None, "a still holds 2 claims: at its limit"
+        await pool.complete(held_b[0])
+        assert _groups(await pool.claim_many(5, "w1", lease=lease * 100)) == ["b"]
+        await pool.complete(held_a[1])
+        assert _groups(await pool.claim_many(5, "w1", lease=lease * 100)) == ["a"]
+
+    @pytest.mark.asyncio
     async def test_group_and_pool_limits_hold_under_concurrent_tasks(self, hive: Hive, lease: float) -> None:
         """[GR6][GR7] tasks claiming at once never hold more claims of a group, or of the pool, than its limit;
         every item is done once."""

@@ -621,8 +621,9 @@ SELECT EXISTS (SELECT FROM @hive.group_pools WHERE pool = $1);
 -- claim_grouped --
 -- The claim of a pool with groups (migrations 0008, 0009): up to $5 items of pool $2 for worker
 -- $3 with a lease of $4 s, in turn, within the limits; the rows of claim plus each item's
--- group. A spent expired lease met on the way is poisoned and returned with taken = false.
-SELECT * FROM @hive.claim_grouped($1, $2, $3, $4, $5);
+-- group, and its place in turn order (ord, migration 0012: the function returns its rows unsorted).
+-- A spent expired lease met on the way is poisoned and returned with taken = false.
+SELECT * FROM @hive.claim_grouped($1, $2, $3, $4, $5) ORDER BY ord;
 
 -- complete_and_claim_grouped --
 -- complete_and_claim for a pool with groups (migration 0008): complete item $3 of pool $2
@@ -646,23 +647,14 @@ ON CONFLICT (pool, grp) DO UPDATE SET weight = excluded.weight, weight_set = tru
 -- group_set_limit --
 -- Group $2 of pool $1 holds at most $3 unexpired claims (NULL: no limit of its own).
 -- Limits change between claims of the pool, never during one: the settings lock is taken
--- exclusive first (claims hold it shared; migration 0009 says why).
-WITH settled AS (
-    SELECT pg_advisory_xact_lock(@hive.group_settings_key($1))
-), grouped AS (
-    INSERT INTO @hive.group_pools (pool) VALUES ($1) ON CONFLICT DO NOTHING
-)
-INSERT INTO @hive.groups AS old (pool, grp, lim) SELECT $1, $2, $3 FROM settled
-ON CONFLICT (pool, grp) DO UPDATE SET lim = excluded.lim;
+-- exclusive first (claims hold it shared; migration 0009 says why). A limit marks the group's
+-- claims in flight counted (migration 0012).
+SELECT @hive.set_group_limit($1, $2, $3);
 
 -- group_set_default_limit --
 -- Every named group of pool $1 without a limit of its own holds at most $2 unexpired claims (NULL: none).
--- Under the settings lock, as group_set_limit.
-WITH settled AS (
-    SELECT pg_advisory_xact_lock(@hive.group_settings_key($1))
-)
-INSERT INTO @hive.group_pools (pool, default_limit) SELECT $1, $2 FROM settled
-ON CONFLICT (pool) DO UPDATE SET default_limit = excluded.default_limit;
+-- Under the settings lock, as group_set_limit; marks every named group's claims in flight counted.
+SELECT @hive.set_default_group_limit($1, $2);
 
 -- pool_set_limit --
 -- Pool $1 holds at most $2 unexpired claims (NULL: no limit). Under the settings lock, as group_set_limit.
