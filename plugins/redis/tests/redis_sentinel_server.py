@@ -178,10 +178,10 @@ class SentinelSetup:
             client.close()
 
     def cut_replica_link(self) -> None:
-        """The master closes its replicas' connections (``CLIENT KILL TYPE replica``)."""
+        """The master closes its replicas' connections (``CLIENT KILL TYPE slave``, the older name of replica)."""
         client = _client(self.master.port)
         try:
-            client.client_kill_filter(_type="replica")
+            client.client_kill_filter(_type="slave")  # "replica" is refused by redis-py 7.x; both name the same clients
         finally:
             client.close()
 

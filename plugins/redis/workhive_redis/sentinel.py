@@ -98,7 +98,9 @@ class SentinelConfig(RedisConfig):
             "socket_connect_timeout": self.timeout,
             "decode_responses": True,
             "health_check_interval": 0,
-            "protocol": 3,
+            # RESP2: SENTINEL MASTERS parses into the same dict of states in every redis-py of the range;
+            # over RESP3, 7.x returned a list of differently shaped states (no is_master).
+            "protocol": 2,
         }
 
 
