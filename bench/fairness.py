@@ -84,7 +84,7 @@ LIMIT = 2
 #: ``big``'s items in the limited run (see the docstring): still 4x ``mid``'s default, so it is backlogged throughout.
 LIMITED_BIG = 4_000
 #: The throughput pair runs twice, in turn (ungrouped, equal, ungrouped, equal): the ratio is of their
-#: sums, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
+#: means, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
 RUNS = ("ungrouped", "equal", "ungrouped-again", "equal-again", "weighted", "limited")
 
 

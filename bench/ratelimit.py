@@ -22,10 +22,11 @@ fresh SQLite hive, far more items than the keys allow) calls it for
 
 For each: successful calls as a fraction of the keys' combined capacity in
 the window (3 × rate × its length as measured, at least ``--seconds``, plus
-the second's worth each key's bucket holds at the start), and 429s as a fraction of all calls; every mode prints
-the most calls in flight per key the API saw. (g) prints a line per phase,
-and after each change the seconds until the fleet's successes over 3 s are
-within 10% of the new limit (≥ 90% of it, calls ≤ 110% of it).
+the second's worth each key's bucket holds at the start), and 429s as a
+fraction of all calls; every mode prints the most calls in flight per key the
+API saw. (g) prints a line per phase, and after each change the seconds until
+the fleet's successes over 3 s are within 10% of the new limit (≥ 90% of it,
+calls ≤ 110% of it).
 Targets (issue 28, one run): known ≥ 97% with 0.0% 429s; learned ≥ 92% with
 ≤ 2% on a quiet machine, ≥ 88% with ≤ 3% beside the hog; within 10% of a new
 limit within 30 s of each change. The machine's load (``os.getloadavg``) is
