@@ -192,7 +192,7 @@ def test_claims_grow_by_the_time_items_ran_not_by_a_slow_trip_to_the_thread(
     """A quick handler on a loaded machine: the trip back from the thread pool waits, the handler does not.
 
     Each trip reports its items as having taken no time, then sleeps 10 ms before it returns
-    (a hand-off waiting for a CPU, half of LANE_BATCH_SECONDS per item). The adaptive claim
+    (a hand-off waiting for a CPU, a quarter of LANE_BATCH_SECONDS per item). The adaptive claim
     (batch 1) still doubles: it judges the handler, so a busy machine does not shrink claims
     to one item each, a round trip per item.
     """

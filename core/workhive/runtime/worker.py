@@ -59,18 +59,22 @@ log = logging.getLogger("workhive.runtime.worker")
 
 #: with the default ``batch=1`` a worker whose handler is fast claims more per call, doubling
 #: while a lane's batch would still take under LANE_BATCH_SECONDS of handler time (a 5 ms call:
-#: batches of up to 4; 20 ms or more: one item a claim), up to ADAPTIVE_MAX_CLAIM, and drops to
+#: batches of up to 8; 40 ms or more: one item a claim), up to ADAPTIVE_MAX_CLAIM, and drops to
 #: that size as soon as the handlers take longer (slow calls keep one claim at a time). A claim of
 #: one item for each 5 ms call cost a claim round trip per item, with the lane idle meanwhile: on
 #: SQLite 4 x 4 lanes drained 2,288 items/s and 0.47 ms of worker CPU an item, against 2,548/s and
-#: 0.32 ms in batches of 4 (the ideal is 3,200/s). A batch's items wait for the ones before it, so
-#: the bound is in time: the lane holds at most LANE_BATCH_SECONDS of work that another could run.
+#: 0.32 ms in batches of 4 (the ideal is 3,200/s). At 20 ms a batch (4 such items) a PostgreSQL
+#: fleet of 4 x 4 lanes drained 2,576 items/s, and 2,290/s from 23 groups (bench/fairness: a
+#: grouped claim costs the server about four times an ungrouped one, so one claim a lane's batch
+#: told); at 40 ms (8 items), 2,883/s and 2,805/s in the same bench, and SQLite 2,960/s against
+#: 2,918/s. A batch's items wait for the ones before it, so the bound is in time: the lane holds
+#: at most LANE_BATCH_SECONDS of work that another could run.
 #: A process's lanes together hold at most ADAPTIVE_MAX_HELD items claimed that way (each
 #: lane's batch is at most ADAPTIVE_MAX_HELD // concurrency): with a batch of 128 a lane, 128
 #: lanes could hold 16,384 items that the fleet's other processes cannot claim (docs/runtime.md).
 ADAPTIVE_MAX_CLAIM = 128
 ADAPTIVE_MAX_HELD = 1024
-LANE_BATCH_SECONDS = 0.02
+LANE_BATCH_SECONDS = 0.04
 #: handlers this quick on average (a no-op, a dict lookup) never wait on anything, so lanes give them
 #: no concurrency, only a task each: their batches grow to ADAPTIVE_MAX_CLAIM whatever the concurrency,
 #: fewer lanes carrying them, and the claim itself keeps what the process holds within ADAPTIVE_MAX_HELD
