@@ -65,8 +65,8 @@ log = logging.getLogger("workhive.runtime.worker")
 #: SQLite 4 x 4 lanes drained 2,288 items/s and 0.47 ms of worker CPU an item, against 2,548/s and
 #: 0.32 ms in batches of 4 (the ideal is 3,200/s). At 20 ms a batch (4 such items) a PostgreSQL
 #: fleet of 4 x 4 lanes drained 2,576 items/s, and 2,290/s from 23 groups (bench/fairness: a
-#: grouped claim costs the server about four times an ungrouped one, so one claim a lane's batch
-#: told); at 40 ms (8 items), 2,883/s and 2,805/s in the same bench, and SQLite 2,960/s against
+#: grouped claim costs the server about four times an ungrouped one, and each lane's batch was a
+#: claim); at 40 ms (8 items), 2,883/s and 2,805/s in the same bench, and SQLite 2,960/s against
 #: 2,918/s. A batch's items wait for the ones before it, so the bound is in time: the lane holds
 #: at most LANE_BATCH_SECONDS of work that another could run.
 #: A process's lanes together hold at most ADAPTIVE_MAX_HELD items claimed that way (each
