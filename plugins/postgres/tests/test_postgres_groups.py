@@ -241,52 +241,6 @@ async def test_a_limit_set_while_a_claim_is_in_flight_counts_that_claim(url: str
 
 
 @pytest.mark.asyncio
-async def test_a_claim_deals_from_the_vts_its_cursor_read_and_keeps_turns_committed_meanwhile(
-    url: str, schema: str
-) -> None:
-    """[GR3] Migration 0013: a claim deals every group's turns from the vt its cursor read, whether
-    it takes the group's row or borrows from it, and writes the turns it kept on top of the vt as
-    committed meanwhile. Here the claim stops while it folds big's debts (a trigger waits on a
-    lock the test holds); meanwhile 100 turns of mid commit; then the claim takes mid's row. Dealt
-    from that row's vt, mid looked 100 turns on, and big took all 8 turns; from the cursor's
-    view, the 8 go 3:1 as the weights say, and mid's vt holds both claims' turns."""
-    gate = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
-    claimer = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
-    try:
-        async with workhive.open(url) as hive:
-            pool = hive.pool("jobs")
-            await pool.push_many([f"b{n}" for n in range(20)], group="big")
-            await pool.push_many([f"m{n}" for n in range(20)], group="mid")
-            await pool.set_group_weight("big", 3)
-            await gate.execute("""
-                CREATE FUNCTION wait_for_the_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN PERFORM pg_advisory_xact_lock(4213); RETURN OLD; END $$;
-                CREATE TRIGGER wait_for_the_gate BEFORE DELETE ON group_debts
-                FOR EACH ROW EXECUTE FUNCTION wait_for_the_gate();
-                INSERT INTO group_debts (pool, grp, turns) VALUES ('jobs', 'big', 0);
-            """)
-            await gate.execute("SELECT pg_advisory_lock(4213)")
-            dealt = "SELECT grp FROM claim_grouped(0, 'jobs', 'wZ', 60, 8) ORDER BY ord"
-            claim = asyncio.ensure_future(claimer.fetch(dealt))
-            # The claim has read the vts (0 and 0) and taken big's row: it waits in the trigger
-            # (checked in pg_locks, not timed).
-            while not await gate.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = $1",
-                claimer.get_server_pid(),
-            ):
-                assert not claim.done()
-            await gate.execute("UPDATE groups SET vt = vt + 100 WHERE pool = 'jobs' AND grp = 'mid'")
-            await gate.execute("SELECT pg_advisory_unlock(4213)")
-            groups = [r[0] for r in await claim]
-            assert groups.count("big") == 6 and groups.count("mid") == 2, groups
-            vts = dict(await gate.fetch("SELECT grp, vt FROM groups WHERE pool = 'jobs' AND grp <> ''"))
-            assert vts == {"big": 2.0, "mid": 102.0}
-    finally:
-        await gate.close()
-        await claimer.close()
-
-
-@pytest.mark.asyncio
 async def test_a_batch_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item(url: str, schema: str) -> None:
     """[GR2] Migration 0009 claims a batch's items in one statement: a spent lease among a group's
     items is poisoned and takes no turn, and the batch's rows are those one-item claims would take,
