@@ -99,8 +99,9 @@ async def test_a_lanes_batch_holds_about_lane_batch_seconds_of_work(monkeypatch,
 
     The handler takes ``seconds`` on the worker's clock (``handlers:seems_to_take``), so the
     sizes are the rule's, whatever the machine: at 4.5 ms an item a lane's batch grows to
-    8 (0.04 s / 4.5 ms), at 9.5 ms to 4, at 19 ms to 2, at 45 ms it stays at one item a claim. Real time
-    only adds to what the clock says, so a loaded machine can shrink a batch, never grow it.
+    8 (0.04 s / 4.5 ms), at 9.5 ms to 4, at 19 ms to 2, at 45 ms it stays at one item a
+    claim. Real time only adds to what the clock says, so a loaded machine can shrink a
+    batch, never grow it.
     """
     from workhive.runtime import worker as worker_module
 
