@@ -178,6 +178,42 @@ async def test_a_claim_never_waits_for_a_group_another_claim_holds_and_owes_its_
 
 
 @pytest.mark.asyncio
+async def test_a_claim_that_meets_a_busy_group_deals_each_group_its_weighted_share(url: str, schema: str) -> None:
+    """Migration 0013: a claim that finds a group's row held by another claim deals from a view of
+    the vts that lags by that claim's uncommitted turns. Here big's committed vt is 20 turns of
+    mid's behind, as a claim holding big's row and dealing it would leave it. Turn order alone
+    (a claim that meets no busy group: rolled back) gives big all 40 turns; a claim that meets
+    big busy gives each group at most its share of the turns (3:1) plus one."""
+    holder = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    other = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            await pool.push_many([f"b{n}" for n in range(100)], group="big")
+            await pool.push_many([f"m{n}" for n in range(100)], group="mid")
+            await pool.set_group_weight("big", 3)
+            assert len(await pool.claim_many(4, "w0")) == 4  # the pool's first claim adds its ungrouped row
+            await other.execute("UPDATE groups SET vt = 10 WHERE pool = 'jobs' AND grp = 'big'")
+            await other.execute("UPDATE groups SET vt = 30 WHERE pool = 'jobs' AND grp = 'mid'")
+            claim = "SELECT grp FROM claim_grouped(0, 'jobs', 'wB', 60, 40) ORDER BY ord"
+            alone = other.transaction()
+            await alone.start()
+            assert [r[0] for r in await other.fetch(claim)] == ["big"] * 40
+            await alone.rollback()
+            async with holder.transaction():
+                await holder.execute("SELECT FROM groups WHERE pool = 'jobs' AND grp = 'big' FOR UPDATE")
+                got = [r[0] for r in await other.fetch(claim)]
+            assert (got.count("big"), got.count("mid")) == (31, 9)  # 30 + 1 and the rest
+            # Whatever a claim deals is what it commits: big's debt and mid's row.
+            owed = await other.fetch("SELECT grp, sum(turns) FROM group_debts GROUP BY grp")
+            assert [(r[0], r[1]) for r in owed] == [("big", 31 / 3)]
+            assert (await _vts(other, "jobs"))["mid"] == 39.0
+    finally:
+        await holder.close()
+        await other.close()
+
+
+@pytest.mark.asyncio
 async def test_a_limit_changes_between_claims_never_during_one(url: str, schema: str) -> None:
     """[GR6, GR7] Migration 0009: a claim of a group without a limit takes no row lock the limit's
     statement would wait for, so each claim holds the pool's settings lock shared and the limit
