@@ -299,6 +299,33 @@ async def test_a_batch_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item
         await conn.close()
 
 
+@pytest.mark.asyncio
+async def test_a_batch_of_one_group_poisons_a_spent_lease_and_gives_the_turn_to_the_next_item(
+    url: str, schema: str
+) -> None:
+    """[GR2] Migration 0013 locks a lone group's items by a statement of its own (no aggregate):
+    a spent lease among them is poisoned and takes no turn, as with several groups. One-item
+    claims would poison a1 and take a2, then take a3: so does a batch of 2."""
+    conn = await asyncpg.connect(postgres_server.SERVER, server_settings={"search_path": schema})
+    try:
+        async with workhive.open(url) as hive:
+            pool = hive.pool("jobs")
+            a1 = await pool.push("a1", group="a", max_attempts=1)
+            a2, a3, a4 = await pool.push_many(["a2", "a3", "a4"], group="a")
+            first = await pool.claim("w1")
+            assert first is not None and first.id == a1
+            await conn.execute("UPDATE items SET lease_expires_at = lease_expires_at - 1000 WHERE state = 'claimed'")
+            taken = await pool.claim_many(2, "w1")
+            assert [i.id for i in taken] == [a2, a3]
+            spent = await pool.get(a1)
+            assert spent is not None and spent.state.name == "POISONED"
+            assert await _vts(conn, "jobs") == {"a": 3.0}  # a1 claimed, then a2 and a3: none for a1 poisoned
+            rest = await pool.claim_many(2, "w1")
+            assert [i.id for i in rest] == [a4]
+    finally:
+        await conn.close()
+
+
 async def _grouped_claim_buffers(conn: asyncpg.Connection, schema: str, offset: float, *, from_the_bottom: bool) -> int:
     """Buffers one grouped claim of one item reads and writes (the call, its statements included),
     rolled back. ``from_the_bottom``: with the group marks deleted first, so each group is read from
