@@ -42,9 +42,10 @@ bench prints, for each run:
   (its items x the weight sum of the tenants backlogged at the start / the
   run's throughput);
 - throughput (completions from the first start to the last end) against the
-  ungrouped run: the ungrouped and equal runs go twice, in turn, and the ratio
-  is of their mean throughputs (each pair's ratio printed beside it), so a
-  machine whose speed drifts during the bench moves both sides alike;
+  ungrouped run: the ungrouped and equal runs go in turn, four times each with
+  the no-op handler and twice with the 5 ms one (``PAIRS``), and the ratio is of
+  their mean throughputs (each pair's ratio printed beside it), so a machine
+  whose speed drifts during the bench moves both sides alike;
 - the largest number of items of one tenant in flight at once, as the handlers
   saw it, against the limit.
 
@@ -83,9 +84,22 @@ BIG_WEIGHT = 3.0
 LIMIT = 2
 #: ``big``'s items in the limited run (see the docstring): still 4x ``mid``'s default, so it is backlogged throughout.
 LIMITED_BIG = 4_000
-#: The throughput pair runs twice, in turn (ungrouped, equal, ungrouped, equal): the ratio is of their
-#: means, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
-RUNS = ("ungrouped", "equal", "ungrouped-again", "equal-again", "weighted", "limited")
+#: How many times the throughput pair runs, in turn (ungrouped, equal, ungrouped, equal, ...), per handler: the
+#: ratio is of the means, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
+#: A no-op run lasts a few seconds, and on a 2-core VM one pair's ratio moved between 0.75 and 1.29 within one
+#: bench run with nothing changed: four pairs halve the spread of the mean two gave. A 5 ms run lasts about 40 s,
+#: and its pairs agreed within 5%: two.
+PAIRS = {"noop": 4, "sleep5": 2}
+
+
+def pairs_of(handler: str) -> list[tuple[str, str]]:
+    """The throughput pairs of one handler, in turn: ``ungrouped``, ``equal``, then ``ungrouped-2``, ``equal-2`` ..."""
+    return [("ungrouped", "equal")] + [(f"ungrouped-{n}", f"equal-{n}") for n in range(2, PAIRS[handler] + 1)]
+
+
+def runs_of(handler: str) -> list[str]:
+    """The runs of one handler, in order: its throughput pairs, then ``weighted`` and ``limited``."""
+    return [run for pair in pairs_of(handler) for run in pair] + ["weighted", "limited"]
 
 
 def tenants(scale: float) -> dict[str, int]:
@@ -130,7 +144,7 @@ async def prepare(hive: Any, pool: str, run: str, sizes: dict[str, int]) -> None
     from workhive.models import Job
 
     target = hive.pool(pool)
-    grouped = run.removesuffix("-again") != "ungrouped"
+    grouped = not run.startswith("ungrouped")
     for tenant, count in sizes.items():
         for start in range(0, count, 5000):
             batch = [
@@ -316,7 +330,7 @@ def bench_engine(engine: str, args: argparse.Namespace, tmp: Path) -> list[str]:
     lines = []
     for handler in args.handlers:
         results: dict[str, dict[str, Any]] = {}
-        for run in RUNS:
+        for run in runs_of(handler):
             with store(engine, tmp) as url:
                 result = asyncio.run(one_run(engine, url, handler, run, args, tmp))
             if isinstance(result, str):
@@ -332,10 +346,10 @@ def report(engine: str, handler: str, r: dict[str, dict[str, Any]], args: argpar
     def ok(flag: bool) -> str:
         return "ok" if flag else "NOT MET"
 
-    base = (r["ungrouped"]["throughput"] + r["ungrouped-again"]["throughput"]) / 2
+    in_turn = pairs_of(handler)
+    base = sum(r[u]["throughput"] for u, _ in in_turn) / len(in_turn)
     eq, wt, lim = r["equal"], r["weighted"], r["limited"]
-    eq_throughput = (eq["throughput"] + r["equal-again"]["throughput"]) / 2
-    in_turn = (("ungrouped", "equal"), ("ungrouped-again", "equal-again"))
+    eq_throughput = sum(r[e]["throughput"] for _, e in in_turn) / len(in_turn)
     pairs = ", ".join(f"{r[e]['throughput'] / r[u]['throughput']:.2f}x" for u, e in in_turn)
     head = f"fairness {engine} {handler} ({args.processes} procs x {args.concurrency}):"
     ratio = eq_throughput / base
