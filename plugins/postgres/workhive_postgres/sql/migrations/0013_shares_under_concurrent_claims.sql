@@ -6,13 +6,14 @@
 -- its owner last committed, an owned one from its row. Each view lags by a different amount, so
 -- one claim could see a group far behind the rest: in a weighted no-op fleet (big weight 3, mid
 -- 1, claims of 384-512) one claim gave big 366 turns and mid 18, and 3 runs of 7 came out more
--- than 5% off the weights (3.42 and 3.45 for 3). Dealing every group from the same kind of view
--- moved the error elsewhere (a version 13 tried and reverted: 3 of 9 off).
+-- than 5% off the weights (2.79, 3.42 and 3.45 for 3). Dealing every group from the same kind of
+-- view moved the error elsewhere (a version 13 tried and reverted: 3 of 9 off).
 --
 -- Here, once a call has met a busy group, no group takes more than its weighted share of the
--- round's turns, plus one, among the groups admitted so far: a group past its share passes its
--- turn, the next group in line is admitted even if its vt is later, and only when no other group
--- can take a turn do the shares lift (the rest go by turn order alone, as before). Whatever a
+-- round's turns, plus one, among the groups admitted so far and the next one in line (the
+-- cursor's next row): a group past its share passes its turn, the next group in line is admitted
+-- even if its vt is later, and only when no other group can take a turn do the shares lift (the
+-- rest go by turn order alone, as before). Whatever a
 -- stale view says, a claim then deals the backlogged groups in proportion to their weights, and
 -- the vts it commits (its own groups' rows and its debts) are the turns it dealt. A call that
 -- meets no busy group deals exactly as before (turn order alone), as one claim at a time does on
