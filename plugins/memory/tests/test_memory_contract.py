@@ -44,7 +44,10 @@ class TestMemoryServerClockStatefulContract(StorageStatefulContract):
     is itself tested without a server.
     """
 
-    clock_drift = 5.0
+    #: The most real time one example may take (the server's clock runs meanwhile): 5 s was passed
+    #: by an example on a 2-core machine running two test matrices side by side. A stopgap: the
+    #: model test should not depend on how long an example takes.
+    clock_drift = 30.0
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> MemoryStorage:
         return MemoryStorage(_url(tmp_path), clock=_server_clock(clock))
