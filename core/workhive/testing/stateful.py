@@ -42,6 +42,7 @@ import itertools
 import math
 import os
 import pathlib
+import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -154,10 +155,13 @@ class _Worker:
 class _StorageMachine(RuleBasedStateMachine):
     """Subclassed per test run with ``new_backend`` bound to the contract's ``make_backend``."""
 
-    #: how far a backend's reported times may lie ahead of the model's (0: the backend runs on the ManualClock)
+    #: how far a backend's reported times may lie from the model's (0: the backend runs on the ManualClock)
     tol: float = 0.0
-    #: every duration the model uses is a multiple of this (> 2 * tol, so boundaries never blur)
+    #: every duration the model uses is a multiple of this: far more than ``tol`` and than the real time
+    #: one example takes, so no boundary lies near enough to ``now`` to blur
     scale: float = 1.0
+    #: the clock the backend's server runs on (when ``tol``)
+    wall: Callable[[], float] = staticmethod(time.time)
 
     def new_backend(self, clock: ManualClock) -> StorageBackend:
         raise NotImplementedError
@@ -170,10 +174,16 @@ class _StorageMachine(RuleBasedStateMachine):
             self.new_backend(self.clock), manager=PluginManager(entry_points=False), max_attempts=MAX_ATTEMPTS
         )
         self.run(self.hive.open())
-        # A server backend's time is its server's clock plus clock.offset(): the model's times
-        # start from it (a whole number, so sums stay exact) and it runs ahead of them by the
-        # real time an example takes, always less than tol.
-        self.base = 0.0 if not self.tol else float(math.floor(self.run(self.hive.now()) - self.clock()))
+        # A server backend's time is its server's running clock plus clock.offset(). The model's
+        # clock runs with it: the backend's time when read, plus the real time since (read after
+        # the call returns, so the model lags the backend by at most that call's way back). Its
+        # times then differ from the backend's by one call's duration, however long an example
+        # takes on a loaded machine; a model that stood still drifted behind by the whole example.
+        self.base = 0.0
+        self.started: float | None = None
+        if self.tol:
+            self.base = self.run(self.hive.now()) - self.clock()
+            self.started = self.wall()
         self.items: dict[str, _Item] = {}
         self.claims: list[WorkItem] = []  # every claim ever returned, stale ones included
         self.workers: dict[str, _Worker] = {}
@@ -212,7 +222,9 @@ class _StorageMachine(RuleBasedStateMachine):
 
     @property
     def now(self) -> float:
-        return self.clock() + self.base
+        if self.started is None:
+            return self.clock()
+        return self.clock() + self.base + (self.wall() - self.started)
 
     def close(self, seen: float | None, want: float | None) -> bool:
         """A time the backend reported equals the model's (within ``tol`` on a server clock)."""
@@ -525,8 +537,9 @@ class _StorageMachine(RuleBasedStateMachine):
         """Move the clock exactly to a claim's expiry: the boundary where it stops being valid."""
         m = self.items.get(self.pick_claim(i).id)
         if m is not None and m.state is ItemState.CLAIMED and m.lease_expires_at is not None:
-            if m.lease_expires_at > self.now:
-                self.clock.advance(m.lease_expires_at - self.now)
+            ahead = m.lease_expires_at - self.now  # read once: a running model clock moves between reads
+            if ahead > 0:
+                self.clock.advance(ahead)
 
     @rule(worker=st.sampled_from(WORKERS))
     def heartbeat(self, worker: str) -> None:
@@ -867,7 +880,7 @@ class StorageStatefulContract:
     set ``clock_drift``)::
 
         class TestMyServerModel(StorageStatefulContract):
-            clock_drift = 5.0  # one example never takes longer than this in real time
+            clock_drift = 5.0  # one storage call never takes longer than this in real time
 
             def make_backend(self, clock, tmp_path):
                 return MyServerStore(url, clock_offset=clock.offset)
@@ -880,9 +893,15 @@ class StorageStatefulContract:
     step_count: ClassVar[int] = 50
     deep_step_count: ClassVar[int] = 100
     #: 0 for a backend on the ManualClock (``clock=``). A server backend (``clock_offset=clock.offset``)
-    #: sets the most seconds of real time one example may take: its server's clock keeps running,
-    #: so the model compares times within this much, and spaces every duration far beyond it.
+    #: sets the most seconds of real time one storage call may take: its server's clock keeps running,
+    #: and so does the model's, so the two compare times within this much (plus a second).
     clock_drift: ClassVar[float] = 0.0
+    #: on a running clock, every duration the model uses is a multiple of this many seconds: no
+    #: example takes that long in real time, so no lease, delay or pause ends near a step by itself
+    running_clock_scale: ClassVar[float] = 3600.0
+    #: the clock a server backend's time runs on (its server on this machine: the wall clock); the
+    #: model's runs on it too. A test of the suite itself may pass a clock that runs faster.
+    server_clock: ClassVar[Callable[[], float]] = staticmethod(time.time)
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> StorageBackend:
         """Return an unopened backend whose time ``clock`` moves (``clock=clock`` or ``clock_offset=clock.offset``)."""
@@ -902,7 +921,8 @@ class StorageStatefulContract:
 
         class Machine(_StorageMachine):
             tol = tolerance
-            scale = float(math.ceil(4 * tolerance)) if tolerance else 1.0
+            wall = staticmethod(contract.server_clock)  # type: ignore[misc]  # a plain function, not a method
+            scale = max(contract.running_clock_scale, float(math.ceil(4 * tolerance))) if tolerance else 1.0
 
             def new_backend(self, clock: ManualClock) -> StorageBackend:
                 directory = tmp_path / f"run-{next(runs)}"

@@ -44,10 +44,7 @@ class TestMemoryServerClockStatefulContract(StorageStatefulContract):
     is itself tested without a server.
     """
 
-    #: The most real time one example may take (the server's clock runs meanwhile): 5 s was passed
-    #: by an example on a 2-core machine running two test matrices side by side. A stopgap: the
-    #: model test should not depend on how long an example takes.
-    clock_drift = 30.0
+    clock_drift = 5.0  # the most real time one storage call takes (the server's clock runs meanwhile)
 
     def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> MemoryStorage:
         return MemoryStorage(_url(tmp_path), clock=_server_clock(clock))
@@ -65,8 +62,38 @@ class TestMemoryServerClockContract(TestMemoryContract):
         return MemoryStorage(_url(tmp_path), clock=_server_clock(clock), create=False)
 
 
-def _server_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
+class TestMemoryOnALoadedMachineStatefulContract(StorageStatefulContract):
+    """The server path of the model test when every storage call takes a long time in real time.
+
+    Each read of this server's clock is 0.5 s later than the one before, so one example spans
+    minutes: a model whose clock stood still while the server's ran (until 2026-11) drifted
+    past ``clock_drift`` and failed ("available_at differs"). One call still takes far less.
+    """
+
+    clock_drift = 5.0
+    max_examples = ci_max_examples = 25
+    server_clock = staticmethod(lambda: _SLOW.read())
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> MemoryStorage:
+        return MemoryStorage(_url(tmp_path), clock=_server_clock(clock, _SLOW.read))
+
+
+class _SlowWall:
+    """A wall clock that moves 0.5 s forward at every read: a machine so loaded each call takes that long."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def read(self) -> float:
+        self.now += 0.5
+        return self.now
+
+
+_SLOW = _SlowWall()
+
+
+def _server_clock(clock: Callable[[], float] | None, wall: Callable[[], float] = time.time) -> Callable[[], float]:
     """What a server backend given ``clock_offset=clock.offset`` reads: the running clock plus the offset."""
     assert isinstance(clock, ManualClock)
     offset = clock.offset
-    return lambda: time.time() + offset()
+    return lambda: wall() + offset()
