@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workhive.models import Ack, GroupReport, NewItem
 from workhive.testing import ManualClock
@@ -578,3 +580,27 @@ async def test_a_claim_that_loses_its_snapshot_twice_goes_to_the_thread_after_on
     claimed = _rows(tmp_path, "SELECT count(*) FROM items WHERE state = 'claimed'")[0][0]
     assert claimed == len(mine) + len(theirs)
     _check_counters(tmp_path)
+
+
+def _turn_by_turn(vt: float, pool_vt: float, weight: float, turns: int) -> tuple[float, float]:
+    """The virtual-time rule as single claims apply it, one turn at a time."""
+    for _ in range(turns):
+        pool_vt = max(vt, pool_vt)
+        vt = pool_vt + 1.0 / weight
+    return vt, pool_vt
+
+
+@given(
+    vt=st.floats(0, 1e15, allow_nan=False),
+    pool_vt=st.floats(0, 1e15, allow_nan=False),
+    weight=st.floats(1e-6, 1e6, allow_nan=False),
+    turns=st.integers(0, 600),
+)
+def test_a_lone_groups_turns_sum_its_vt_exactly_as_that_many_single_claims(
+    vt: float, pool_vt: float, weight: float, turns: int
+) -> None:
+    """[GR2] a batch's turns of one group move its vt and the pool's to the very floats that as many single
+    claims would (a product, or a sum in another order, rounds differently and changes the next turn)."""
+    from workhive_sqlite.groups import _after_turns
+
+    assert _after_turns(vt, pool_vt, weight, turns) == _turn_by_turn(vt, pool_vt, weight, turns)
