@@ -62,22 +62,6 @@ class TestMemoryServerClockContract(TestMemoryContract):
         return MemoryStorage(_url(tmp_path), clock=_server_clock(clock), create=False)
 
 
-class TestMemoryOnALoadedMachineStatefulContract(StorageStatefulContract):
-    """The server path of the model test when every storage call takes a long time in real time.
-
-    Each read of this server's clock is 0.5 s later than the one before, so one example spans
-    minutes: a model whose clock stood still while the server's ran (until 2026-11) drifted
-    past ``clock_drift`` and failed ("available_at differs"). One call still takes far less.
-    """
-
-    clock_drift = 5.0
-    max_examples = ci_max_examples = 25
-    server_clock = staticmethod(lambda: _SLOW.read())
-
-    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> MemoryStorage:
-        return MemoryStorage(_url(tmp_path), clock=_server_clock(clock, _SLOW.read))
-
-
 class _SlowWall:
     """A wall clock that moves 0.5 s forward at every read: a machine so loaded each call takes that long."""
 
@@ -90,6 +74,22 @@ class _SlowWall:
 
 
 _SLOW = _SlowWall()
+
+
+class TestMemoryOnALoadedMachineStatefulContract(StorageStatefulContract):
+    """The server path of the model test when every storage call takes a long time in real time.
+
+    Each read of this server's clock is 0.5 s later than the one before, so one example spans
+    minutes: a model whose clock stood still while the server's ran (until 2026-11) drifted
+    past ``clock_drift`` and failed ("available_at differs"). One call still takes far less.
+    """
+
+    clock_drift = 5.0
+    max_examples = ci_max_examples = 25
+    server_clock = staticmethod(_SLOW.read)
+
+    def make_backend(self, clock: Callable[[], float] | None, tmp_path: pathlib.Path) -> MemoryStorage:
+        return MemoryStorage(_url(tmp_path), clock=_server_clock(clock, _SLOW.read))
 
 
 def _server_clock(clock: Callable[[], float] | None, wall: Callable[[], float] = time.time) -> Callable[[], float]:

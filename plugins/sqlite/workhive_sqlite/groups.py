@@ -48,7 +48,7 @@ from typing import Any
 from workhive.models import GroupReport, GroupStats, WorkItem
 from workhive_sqlite import ops as _ops
 from workhive_sqlite.failures import is_stale_snapshot
-from workhive_sqlite.ops import Operations, _claimed
+from workhive_sqlite.ops import Operations, _claimed, claim_order
 from workhive_sqlite.sqlfiles import queries
 
 __all__ = [
@@ -118,7 +118,7 @@ def claim_by_turns(ops: Operations, pool: str, worker_id: str, limit: int, lease
     # RETURNING comes back in storage order; hand the items out in turn order: a lone group's
     # turns went in claim order (priority, available_at, id), sorted here, after the commit.
     if order is None:
-        rows.sort(key=lambda row: (-row[2], row[7], row[0]))
+        rows.sort(key=claim_order)
     else:
         rows.sort(key=lambda row: order[row[0]])
     lease = float(lease)

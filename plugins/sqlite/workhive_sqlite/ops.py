@@ -182,6 +182,14 @@ def _item(row: Sequence[Any]) -> WorkItem:
     )  # fmt: skip
 
 
+def claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
+    """The sort key of a claimed row (``claimed_columns``) in claim order: priority, available_at, id.
+
+    RETURNING hands rows back in storage order; claims hand them out in this one.
+    """
+    return -row[2], row[7], row[0]
+
+
 def _claimed(row: Sequence[Any], pool: str, worker_id: str, expiry: float, lease: float) -> WorkItem:
     """A just-claimed item from its row (``claimed_columns`` in queries.sql) and what the claim set."""
     r = row
@@ -363,7 +371,7 @@ class Operations:
                 return []
         if len(rows) > 1:
             # RETURNING comes back in storage order; hand items out in claim order.
-            rows.sort(key=lambda r: (-r[2], r[7], r[0]))
+            rows.sort(key=claim_order)
         lease = float(lease)
         expiry = now + lease
         return [_claimed(r, pool, worker_id, expiry, lease) for r in rows]
