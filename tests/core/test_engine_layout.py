@@ -30,7 +30,7 @@ OPTIONAL = {"clock.py", "connections.py", "tls.py", "wakeups.py", "locks.py"}
 #: Engine-specific modules, named for what they hold (CONTRIBUTING's "extra" row).
 EXTRA = {
     "memory": {"items.py", "groups.py"},
-    "sqlite": {"ops.py", "groups.py"},
+    "sqlite": {"ops.py", "groups.py", "gate.py"},
     "postgres": set(),
     "redis": {"keys.py", "cluster.py", "sentinel.py"},
 }

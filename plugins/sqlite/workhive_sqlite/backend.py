@@ -16,6 +16,12 @@ Concurrency model
   database is waited for by SQLite's own busy handler, up to ``busy_timeout``,
   then retried with backoff a bounded number of times before
   ``StorageUnavailable``. One operation is one round trip.
+* Writes pass the write gate (``workhive_sqlite.gate``, a ``flock`` on
+  ``<file>-whgate``): a write waiting behind a long one (what ``_thread`` runs
+  by size) waits there, woken by the kernel when the gate is let go, instead of
+  in SQLite's busy handler, whose sleeps left the lock free while every waiter
+  slept. Behind a short one it waits in the busy handler as before. The loop's
+  connection only tries the gate. Reads (``READS``) and checkpoints never take it.
 * Processes share the file in WAL mode. Writers serialise on SQLite's write
   lock, which every write takes before reading, so a claim is atomic across
   processes. Readers never block writers.
@@ -73,6 +79,7 @@ from workhive_sqlite import schedules as _schedules
 from workhive_sqlite.budget import take_budget
 from workhive_sqlite.clock import HiveClock, TimeSources
 from workhive_sqlite.failures import corrupt, failure, foreign, is_busy, is_notadb
+from workhive_sqlite.gate import WriteGate
 from workhive_sqlite.ops import Operations
 from workhive_sqlite.schema import migrate
 from workhive_sqlite.url import SqliteConfig, parse_url
@@ -84,6 +91,28 @@ T = TypeVar("T")
 
 #: How often waiters check whether another process committed (seconds).
 POLL_INTERVAL = 0.015
+#: Operations that only read: they never take the write gate (workhive_sqlite.gate), as in WAL
+#: mode they never wait for a writer either. One missing here would wait its turn among the
+#: writes, and hold them up for as long as it ran.
+READS: frozenset[Callable[..., Any]] = frozenset(
+    {
+        Operations.get,
+        Operations.get_worker,
+        Operations.list_items,
+        Operations.list_workers,
+        Operations.stats,
+        Operations.pools,
+        Operations.poll,
+        Operations.next_due,
+        Operations.data_version,
+        Operations.state_get,
+        Operations.state_scan,
+        Operations.step_list,
+        _groups.group_report,
+        _schedules.schedule_get,
+        _schedules.schedule_list,
+    }
+)
 #: After busy_timeout ran out this many times in a row, give up with StorageUnavailable.
 BUSY_RETRIES = 3
 #: Batches larger than this (items pushed, claimed or acked) run on the connection's
@@ -148,6 +177,7 @@ class SqliteStorage:
         self._ops: Operations | None = None
         # The event loop's own connection (see _run), its thread, and the checkpoint it owes.
         self._fast: Operations | None = None
+        self._gate: WriteGate | None = None  # opened with the file (workhive_sqlite.gate)
         self._loop_thread = 0
         self._since_checkpoint = 0
         self._checkpointing: asyncio.Task[None] | None = None
@@ -207,6 +237,7 @@ class SqliteStorage:
         try:
             await self._call(self._setup)
             self._open_fast()
+            self._gate = WriteGate.open(self.path)
         except BaseException:
             await self.close()
             raise
@@ -378,6 +409,9 @@ class SqliteStorage:
         conn, self._conn, self._execute, self._ops = self._conn, None, None, None
         if conn is not None:
             await conn.close()
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate.close()  # after the thread's last operation: it may have held the gate
 
     async def now(self) -> float:
         return self._clock()
@@ -410,6 +444,11 @@ class SqliteStorage:
         """
         fast = self._fast
         if fast is not None and threading.get_ident() == self._loop_thread:
+            gate = None if op in READS else self._gate
+            if gate is not None and not gate.try_enter():
+                # Another writer holds the gate: on the thread, queued behind it if it is a long
+                # write, else in SQLite's busy handler (workhive_sqlite.gate says why).
+                return await self._call(op, self._db, *args, queue=gate.long_write_holds_it())
             try:
                 result: T = op(fast, *args)
             except sqlite3.OperationalError as exc:
@@ -423,14 +462,18 @@ class SqliteStorage:
                 if self._since_checkpoint >= CHECKPOINT_EVERY:
                     self._start_checkpoint()
                 return result
-        return await self._call(op, self._db, *args)
+            finally:
+                if gate is not None:
+                    gate.leave()
+        gate = None if op in READS else self._gate
+        return await self._call(op, self._db, *args, queue=gate is not None and gate.long_write_holds_it())
 
     async def _thread(self, op: Callable[..., T], *args: Any, weight: int = 1) -> T:
         """Run ``op`` on the connection's thread: for work that scans or writes a lot (see ``INLINE_MAX``).
 
         ``weight`` is how many small operations' worth of WAL it may write, for ``CHECKPOINT_EVERY``.
         """
-        result = await self._call(op, self._db, *args)
+        result = await self._call(op, self._db, *args, long=op not in READS)
         self._since_checkpoint += weight
         if self._since_checkpoint >= CHECKPOINT_EVERY:
             self._start_checkpoint()
@@ -454,13 +497,21 @@ class SqliteStorage:
                 await self._call(Operations.write, self._db, self._hive_clock.record, self._db.conn)
 
     # -- the one round trip -------------------------------------------------
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, queue: bool = False, long: bool = False) -> T:
+        """``fn(*args)`` on the connection's thread: one round trip.
+
+        ``long``: a write long enough that others should queue behind it, which holds the write
+        gate throughout (waiting for it first); ``queue``: a write that waits for the gate first.
+        """
         execute = self._execute
         if execute is None:
             raise StorageUnavailable(
                 f"SQLite store {self.path} is not open; use `async with hive:` (or await hive.open()) first",
                 path=str(self.path),
             )
+        gate = self._gate
+        if gate is not None and (long or queue):
+            fn, args = (gate.through_long if long else gate.through), (fn, *args)
         try:
             result: T = await execute(fn, *args)
             return result

@@ -6,13 +6,14 @@ retries or hands the operation on) or aiosqlite's, on its thread, whose busy
 timeout makes SQLite itself wait for the write lock. Either way an async
 caller pays at most one thread round trip per operation, never one per statement.
 
-Why SQLite's own busy handler, which sleeps 1, 2, 5, 10… ms between tries,
-while a write holds the lock for tens of microseconds: a waiter that sleeps
-leaves the CPU to the processes that are working. Polling every 50 µs and
-up was measured against it on 2 cores (bench/sqlite): the same items/s with
-2 and 4 processes, and with 8 and 16 processes 0.31-0.39x raw sqlite3
-against 0.56-0.62x, the pollers' failed tries eating the CPU the lock holder
-needed.
+Why not a busy loop of our own: polling every 50 µs and up was measured
+against SQLite's busy handler on 2 cores (bench/sqlite): the same items/s with
+2 and 4 processes, and with 8 and 16 processes 0.31-0.39x raw sqlite3 against
+0.56-0.62x, the pollers' failed tries eating the CPU the lock holder needed.
+The busy handler's sleeps (1, 2, 5, 10… ms) leave the lock idle instead, so the
+backend queues writers before they get here (``workhive_sqlite.gate``), and a
+write on the thread meets the busy handler only when a writer that does not
+take the gate (another program, a checkpoint) holds the lock.
 
 Every write takes SQLite's write lock before it reads anything, so a claim
 never reads a snapshot and then fails to upgrade it (``SQLITE_BUSY_SNAPSHOT``),
