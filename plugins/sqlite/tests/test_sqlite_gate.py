@@ -12,7 +12,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,19 +42,27 @@ def long_mark_of(database: Path) -> Path:
 
 
 def queued_on(gate: Path) -> int:
-    """How many lock requests wait on ``gate`` now, by the kernel's lock table."""
-    inode = os.stat(gate).st_ino
+    """How many lock requests wait on ``gate`` now, by the kernel's lock table.
+
+    A waiting request's line has ``->`` and names the file as ``major:minor:inode``
+    (the device's numbers in hex), three fields from the end.
+    """
+    st = os.stat(gate)
+    file = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     waiting = 0
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
-        if "->" in fields and int(fields[-3].rsplit(":", 1)[1]) == inode:
+        if "->" not in fields:
+            continue
+        major, minor, inode = fields[-3].split(":")
+        if (int(major, 16), int(minor, 16), int(inode)) == file:
             waiting += 1
     return waiting
 
 
-async def until(condition: object, what: str) -> None:
+async def until(condition: Callable[[], bool], what: str) -> None:
     deadline = asyncio.get_running_loop().time() + PATIENCE
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"not seen within {PATIENCE:g}s: {what}")
         await asyncio.sleep(0.005)
