@@ -443,8 +443,8 @@ class SqliteStorage:
         wait), without blocking the loop, was slower still: a quarter fewer items/s.
         """
         fast = self._fast
+        gate = None if op in READS else self._gate
         if fast is not None and threading.get_ident() == self._loop_thread:
-            gate = None if op in READS else self._gate
             if gate is not None and not gate.try_enter():
                 # Another writer holds the gate: on the thread, queued behind it if it is a long
                 # write, else in SQLite's busy handler (workhive_sqlite.gate says why).
@@ -465,7 +465,6 @@ class SqliteStorage:
             finally:
                 if gate is not None:
                     gate.leave()
-        gate = None if op in READS else self._gate
         return await self._call(op, self._db, *args, queue=gate is not None and gate.long_write_holds_it())
 
     async def _thread(self, op: Callable[..., T], *args: Any, weight: int = 1) -> T:

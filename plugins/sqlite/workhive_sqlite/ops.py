@@ -10,10 +10,11 @@ Why not a busy loop of our own: polling every 50 µs and up was measured
 against SQLite's busy handler on 2 cores (bench/sqlite): the same items/s with
 2 and 4 processes, and with 8 and 16 processes 0.31-0.39x raw sqlite3 against
 0.56-0.62x, the pollers' failed tries eating the CPU the lock holder needed.
-The busy handler's sleeps (1, 2, 5, 10… ms) leave the lock idle instead, so the
-backend queues writers before they get here (``workhive_sqlite.gate``), and a
-write on the thread meets the busy handler only when a writer that does not
-take the gate (another program, a checkpoint) holds the lock.
+The busy handler's sleeps (1, 2, 5, 10… ms) leave the lock idle instead behind
+a long write, so the backend queues writers behind those before they get here
+(``workhive_sqlite.gate``). Behind a short write, or a writer that does not take
+the gate (another program, a checkpoint), a write on the thread still waits in
+the busy handler: there a queue's hand-overs cost more than the sleeps.
 
 Every write takes SQLite's write lock before it reads anything, so a claim
 never reads a snapshot and then fails to upgrade it (``SQLITE_BUSY_SNAPSHOT``),
