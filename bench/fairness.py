@@ -42,10 +42,11 @@ bench prints, for each run:
   (its items x the weight sum of the tenants backlogged at the start / the
   run's throughput);
 - throughput (completions from the first start to the last end) against the
-  ungrouped run: the ungrouped and equal runs go in turn, four times each with
-  the no-op handler and twice with the 5 ms one (``PAIRS``), and the ratio is of
-  their mean throughputs (each pair's ratio printed beside it), so a machine
-  whose speed drifts during the bench moves both sides alike;
+  ungrouped run: the ungrouped and equal runs go in turn, eight times each with
+  the no-op handler and twice with the 5 ms one (``PAIRS``; every other pair
+  runs its equal side first), and the ratio is of their mean throughputs (each
+  pair's ratio printed beside it), so a machine whose speed drifts during the
+  bench moves both sides alike;
 - the largest number of items of one tenant in flight at once, as the handlers
   saw it, against the limit.
 
@@ -87,9 +88,12 @@ LIMITED_BIG = 4_000
 #: How many times the throughput pair runs, in turn (ungrouped, equal, ungrouped, equal, ...), per handler: the
 #: ratio is of the means, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
 #: A no-op run lasts a few seconds, and on a 2-core VM one pair's ratio moved between 0.75 and 1.29 within one
-#: bench run with nothing changed: four pairs halve the spread of the mean two gave. A 5 ms run lasts about 40 s,
-#: and its pairs agreed within 5%: two.
-PAIRS = {"noop": 4, "sleep5": 2}
+#: bench run with nothing changed: four pairs halved the spread of the mean two gave. On a faster 2-core VM, four
+#: pairs' means still ranged from 0.89 to 0.98 over runs of the same tree (single pairs 0.78 to 1.07, a run lasting
+#: under 3 s): eight. A 5 ms run lasts about 40 s, and its pairs agreed within 5%: two. Every other pair runs its
+#: grouped side first (ungrouped, equal, equal-2, ungrouped-2, ...), so a drift in the machine's speed that is
+#: steady over the pairs favours neither side.
+PAIRS = {"noop": 8, "sleep5": 2}
 
 
 def pairs_of(handler: str) -> list[tuple[str, str]]:
@@ -98,8 +102,14 @@ def pairs_of(handler: str) -> list[tuple[str, str]]:
 
 
 def runs_of(handler: str) -> list[str]:
-    """The runs of one handler, in order: its throughput pairs, then ``weighted`` and ``limited``."""
-    return [run for pair in pairs_of(handler) for run in pair] + ["weighted", "limited"]
+    """The runs of one handler, in order: its throughput pairs (every other one grouped side first), then
+    ``weighted`` and ``limited``.
+
+    >>> runs_of("sleep5")
+    ['ungrouped', 'equal', 'equal-2', 'ungrouped-2', 'weighted', 'limited']
+    """
+    in_turn = [run for n, pair in enumerate(pairs_of(handler)) for run in (pair if n % 2 == 0 else pair[::-1])]
+    return [*in_turn, "weighted", "limited"]
 
 
 def tenants(scale: float) -> dict[str, int]:
