@@ -324,26 +324,22 @@ BEGIN
         EXIT rounds WHEN planned = 0;
         -- Each group's turns lock its oldest due items (C1 order; SKIP LOCKED: another claim's are
         -- passed over). Spent leases among them are poisoned and take no turn (as claim_items).
-        IF n = 1 AND pre_ids IS NOT NULL THEN
-            -- Locked when it was admitted, the round's only group.
-            t_ids := pre_ids;
-            t_grps := '{}'; p_ids := '{}'; p_grps := '{}';
-            IF 0 > ANY (t_ids) THEN
-                p_ids := ARRAY(SELECT -s.lid FROM unnest(t_ids) WITH ORDINALITY AS s (lid, pos) WHERE s.lid < 0 ORDER BY s.pos);
-                t_ids := ARRAY(SELECT s.lid FROM unnest(t_ids) WITH ORDINALITY AS s (lid, pos) WHERE s.lid > 0 ORDER BY s.pos);
-                p_grps := array_fill(c_grp[1], ARRAY[cardinality(p_ids)]);
-            END IF;
-        ELSIF n = 1 THEN
+        IF n = 1 THEN
             -- One group, as in most claims of a backlog: its ids come in claim order straight from
-            -- the scan, a spent lease's negated (ids are positive), with no aggregate to sort them.
-            t_ids := ARRAY(
-                SELECT CASE WHEN i.state = 'claimed' AND i.attempts >= i.max_attempts THEN -i.id ELSE i.id END
-                FROM items AS i
-                WHERE i.pool = p_pool AND i.grp = c_grp[1] AND i.priority = band AND i.state IN ('pending', 'claimed')
-                    AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) >= c_low[1]
-                    AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
-                ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
-                LIMIT c_take[1] FOR UPDATE SKIP LOCKED);
+            -- the scan, a spent lease's negated (ids are positive), with no aggregate to sort them;
+            -- the round's only group was scanned and locked when it was admitted (pre_ids).
+            IF pre_ids IS NOT NULL THEN
+                t_ids := pre_ids;
+            ELSE
+                t_ids := ARRAY(
+                    SELECT CASE WHEN i.state = 'claimed' AND i.attempts >= i.max_attempts THEN -i.id ELSE i.id END
+                    FROM items AS i
+                    WHERE i.pool = p_pool AND i.grp = c_grp[1] AND i.priority = band AND i.state IN ('pending', 'claimed')
+                        AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) >= c_low[1]
+                        AND (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END) <= at
+                    ORDER BY (CASE WHEN i.state = 'pending' THEN i.available_at ELSE i.lease_expires_at END), i.id
+                    LIMIT c_take[1] FOR UPDATE SKIP LOCKED);
+            END IF;
             t_grps := '{}'; p_ids := '{}'; p_grps := '{}';
             IF 0 > ANY (t_ids) THEN
                 p_ids := ARRAY(SELECT -s.lid FROM unnest(t_ids) WITH ORDINALITY AS s (lid, pos) WHERE s.lid < 0 ORDER BY s.pos);
