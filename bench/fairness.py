@@ -86,7 +86,7 @@ BIG_WEIGHT = 3.0
 LIMIT = 2
 #: ``big``'s items in the limited run (see the docstring): still 4x ``mid``'s default, so it is backlogged throughout.
 LIMITED_BIG = 4_000
-#: How many times the throughput pair runs, in turn (ungrouped, equal, ungrouped, equal, ...), per handler: the
+#: How many times the throughput pair runs, in turn (ungrouped, equal, equal-2, ungrouped-2, ...), per handler: the
 #: ratio is of the means, so a machine whose speed drifts during the bench (a shared VM) moves both sides alike.
 #: A no-op run lasts a few seconds, and on a 2-core VM one pair's ratio moved between 0.75 and 1.29 within one
 #: bench run with nothing changed: four pairs halved the spread of the mean two gave. On a faster 2-core VM, four
