@@ -32,11 +32,13 @@ from workhive.urls import scheme_of
 if TYPE_CHECKING:
     from workhive.plugin_manager import PluginManager
 
-__all__ = ["DEFAULT_BACKOFF", "DEFAULT_LOCKS", "DEFAULT_STORAGE", "default_locks_url"]
+__all__ = ["DEFAULT_BACKOFF", "DEFAULT_LOCKS", "DEFAULT_STORAGE", "START_METHODS", "default_locks_url"]
 
 DEFAULT_STORAGE = "sqlite:///.workhive/hive.db"
 DEFAULT_LOCKS = "fcntl:///.workhive/locks"
 DEFAULT_BACKOFF = "full-jitter"
+#: how ``workhive work`` may start its worker processes (``FleetOptions.start_method``, workhive.runtime.forked)
+START_METHODS = ("auto", "fork", "spawn")
 
 
 def default_locks_url(storage_url: object, manager: PluginManager) -> str:

@@ -177,3 +177,25 @@ def modules_seen(ctx: Any) -> dict[str, Any]:
 
     watched = ("importlib.metadata", "workhive.runtime.supervisor", "workhive.runtime.fleet", "workhive.cli")
     return {"imported": [m for m in watched if m in sys.modules], "plugins_env": "WORKHIVE_PLUGINS_FOUND" in os.environ}
+
+
+def where(ctx: Any) -> dict[str, Any]:
+    """Where this worker process runs: how it started, its session, and the pipes it holds besides its own."""
+    import sys
+
+    pipes = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if fd > 2 and target.startswith("pipe:"):
+            pipes.append(fd)
+    return {
+        "pid": os.getpid(),
+        "argv0": sys.argv[0],
+        "own_session": os.getsid(0) == os.getpid(),
+        "pipes_beyond_stdio": len(pipes),
+        "path_env": os.environ.get("WORKHIVE_TEST_MARK", ""),
+    }

@@ -99,7 +99,10 @@ def _running(pid: int) -> bool:
     return state != "Z"  # a zombie has exited (whoever adopted it may not reap it at once)
 
 
-def test_worker_processes_out_of_the_group_still_stop_when_the_supervisor_dies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_worker_processes_out_of_the_group_still_stop_when_the_supervisor_dies(
+    tmp_path: Path, start_method: str
+) -> None:
     log = tmp_path / "handler.log"
     env = {"PYTHONPATH": str(HERE), "WORKHIVE_TEST_LOG": str(log)}
     items = "".join(json.dumps({"seconds": 1}) + "\n" for _ in range(6))
@@ -107,7 +110,7 @@ def test_worker_processes_out_of_the_group_still_stop_when_the_supervisor_dies(t
     assert pushed.code == 0, pushed
     proc = subprocess.Popen(
         [*COMMAND, "--storage", "sqlite:///hive.db", "work", "jobs", "--handler", "handlers:slow",
-         "--processes", "2", "--grace", "60", "--progress", "none"],
+         "--processes", "2", "--grace", "60", "--progress", "none", "--start-method", start_method],
         cwd=tmp_path, env=clean_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip

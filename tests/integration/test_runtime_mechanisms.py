@@ -300,6 +300,49 @@ class TestRanDry:
                 with contextlib.suppress(asyncio.CancelledError):
                     await loop
 
+    @pytest.mark.asyncio
+    async def test_an_early_read_waits_out_its_cost_unless_items_finished_since_the_last_read_began(self):
+        import workhive
+        from workhive.runtime import supervisor as sup_module
+
+        async with workhive.open("memory://") as hive:
+            options = FleetOptions(pool="jobs", handler="m:f", processes=1, until_empty=True)
+            sup = sup_module.Supervisor(options, hive, None)
+            # The last read began with 3 items settled here; the next early read is due at 10, or at 2
+            # when that read may have counted items that finished since (it took 1 s, at 1).
+            sup._settled_at_read, sup._early_read_at, sup._stale_read_at = 3, 10.0, 2.0
+            sup.tally.done = 3
+            assert not sup._early_read_due(20.0), "no worker ran dry: the periodic reads only"
+            sup._ran_dry = True
+            assert [sup._early_read_due(t) for t in (1.0, 5.0, 10.0)] == [False, False, True]
+            sup.tally.released = 1  # one more item settled since the read began
+            assert [sup._early_read_due(t) for t in (1.0, 2.0, 5.0)] == [False, True, True]
+            assert 0.0 <= sup._pause() <= sup_module.TICK
+
+    @pytest.mark.asyncio
+    async def test_the_read_that_finds_the_pool_drained_is_the_runs_last(self, monkeypatch):
+        import workhive
+        from workhive.runtime import supervisor as sup_module
+
+        monkeypatch.setattr(sup_module.Supervisor, "_spawn", lambda self: None)
+        async with workhive.open("memory://") as hive:
+            pool = hive.pool("jobs")
+            await pool.push({"n": 1})
+            await pool.complete(await pool.claim("w1"))
+            reads = 0
+            original = type(pool).stats
+
+            async def counted(self):
+                nonlocal reads
+                reads += 1
+                return await original(self)
+
+            monkeypatch.setattr(type(pool), "stats", counted)
+            options = FleetOptions(pool="jobs", handler="m:f", processes=1, until_empty=True, progress="none")
+            report = await asyncio.wait_for(sup_module.Supervisor(options, hive, None).run(), 30)
+            assert report.reason == "the pool drained"
+            assert reads == 1, "the drained pool was counted once, not once more as the run ended"
+
 
 # A memory hive: the core env has no storage plugin, so this lives with the integration tests.
 class TestSuspects:

@@ -11,6 +11,7 @@ import click
 
 from workhive.cli.context import CliContext, echo, emit_json, format_age, json_option, pass_cli
 from workhive.config import PROGRESS_MODES
+from workhive.defaults import START_METHODS
 from workhive.errors import PoolNotFound, StorageError
 from workhive.redaction import install_log_scrubbing, scrub_data
 from workhive.terminal import log_to_stderr
@@ -139,6 +140,13 @@ def _cwd_importable() -> None:
     help="Learn the request rate of keys given without rpm (slows down on 429s, speeds up while calls succeed).",
 )
 @click.option(
+    "--start-method",
+    type=click.Choice(START_METHODS),
+    default=None,
+    help="How worker processes start: fork them from this process once it has imported everything (auto: where "
+    "that is safe, on Linux with one thread) or spawn a fresh interpreter each [auto].",
+)
+@click.option(
     "--allow-large-fleet",
     is_flag=True,
     help="Lift the upper bounds on --processes and --concurrency (the error says which you hit).",
@@ -167,6 +175,7 @@ def work_cmd(
     budget_wait: float | None,
     timeout: float | None,
     learn_limits: bool,
+    start_method: str | None,
     verbose: int,
     log_level: str | None,
     as_json: bool,
@@ -207,6 +216,8 @@ def work_cmd(
         budget_options["budget_wait"] = budget_wait
     if timeout is not None:
         budget_options["timeout"] = timeout
+    if start_method is not None:
+        budget_options["start_method"] = start_method
     options = config.fleet_options(
         pool, until_empty=until_empty, no_plugins=cli.no_plugins, allow_large_fleet=allow_large_fleet, **budget_options
     )

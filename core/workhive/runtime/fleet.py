@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
-from workhive.defaults import default_locks_url
+from workhive.defaults import START_METHODS, default_locks_url
 from workhive.errors import ConfigError, WorkhiveError
 from workhive.hive import Hive
 from workhive.runtime.handler import load_handler
@@ -88,6 +88,8 @@ def check_options(options: FleetOptions) -> None:
         )
     if options.progress not in ("auto", "bar", "log", "none"):
         raise ConfigError(f"progress must be one of auto, bar, log, none; got {options.progress!r}")
+    if options.start_method not in START_METHODS:
+        raise ConfigError(f"start_method must be one of {', '.join(START_METHODS)}; got {options.start_method!r}")
 
 
 def check_lock_provider(hive: Hive, options: FleetOptions) -> None:

@@ -71,6 +71,10 @@ class FleetOptions:
     # cancelled, a sync one sees ctx.cancelled and gets ``grace`` seconds to return before its
     # process is replaced; the item fails "timed out after N s" (retried or poisoned by attempts)
     timeout: float | None = None
+    # how worker processes start (workhive.runtime.forked): "auto" forks them from the supervisor
+    # when that is safe (one thread, Linux), "spawn" always runs a fresh `python -m workhive.runtime`,
+    # "fork" always forks
+    start_method: Literal["auto", "fork", "spawn"] = "auto"
 
 
 @attrs.frozen

@@ -36,6 +36,7 @@ from workhive.models import PoolStats
 from workhive.redaction import scrub, scrub_data
 from workhive.runtime import events as ev
 from workhive.runtime.aftermath import Aftermath, how_it_ended
+from workhive.runtime.forked import CANNOT_FORK, ForkedProcess, fork_refusal, fork_worker
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
 from workhive.runtime.patience import WaitBudget, retry_window
 from workhive.runtime.progress import FleetProgress
@@ -65,7 +66,10 @@ STATS_EVERY = 0.2
 STATS_COST_FACTOR = 20.0
 #: with --until-empty, a worker whose claim came back empty (a RAN_DRY event) has the counts
 #: read at once, the pool being likely drained; such early reads come at most every TICK
-#: and never more than one per RAN_DRY_COST_FACTOR times the last read's duration
+#: and never more than one per RAN_DRY_COST_FACTOR times the last read's duration, except
+#: when items finished here since the last read began: that read may have counted them as
+#: still in flight, so the next comes as soon as the store has been left alone as long as
+#: the last read took (half its time at most goes to these reads)
 RAN_DRY_COST_FACTOR = 5.0
 PROGRESS_EVERY = 1.0
 MAX_STARTUP_FAILURES = 3
@@ -106,7 +110,7 @@ def _decode(line: bytes) -> list[Any]:
 
 @attrs.define(eq=False)
 class _Child:
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | ForkedProcess
     fd: int
     started_at: float
     ready: bool = False
@@ -219,6 +223,9 @@ class Supervisor:
         self._stats_read_at: float | None = None
         self._ran_dry = False  # a RAN_DRY event came since the last read of the counts
         self._early_read_at = 0.0  # when a RAN_DRY may next bring a read forward
+        self._stale_read_at = 0.0  # when it may, if items finished here since the last read began
+        self._settled_at_read = 0  # items this fleet had settled when the last read began
+        self._drained_at_read = False  # the run ended because the last read of the counts found nothing left
         self.storage_failures = 0
         # Storage is known to fail (reads failed, a child stopped on a storage fault, a call timed
         # out): a signal while the fleet stops then means "stop waiting for it".
@@ -242,6 +249,7 @@ class Supervisor:
         self._busy = self._waited = self._calls = self._waits_since = 0.0  # see _timed
         self._wakeup = asyncio.Event()
         self._env = _child_env()
+        self._fork_refused: str | None = None  # why worker processes were last not forked (logged once per reason)
         self._env[PLUGINS_FOUND_ENV] = found_to_env(hive.manager.found)
 
     def _budget_rate(self) -> float | None:
@@ -258,16 +266,27 @@ class Supervisor:
         return budget_rate((c.budget for c in credentials.credentials()), self.options.token_estimate)
 
     # -- children -----------------------------------------------------------
-    def _command(self, write_fd: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "workhive.runtime",
-            "--events-fd",
-            str(write_fd),
-            "--log-level",
-            self.log_level,
-        ]
+    def _start(self, write_fd: int) -> subprocess.Popen[bytes] | ForkedProcess:
+        """A worker process that sends its events on ``write_fd``: forked when that is safe, else spawned."""
+        args = ["--events-fd", str(write_fd), "--log-level", self.log_level]
+        if self._may_fork():
+            return fork_worker(args, self._env, write_fd)
+        return self._popen([sys.executable, "-m", "workhive.runtime", *args], write_fd)
+
+    def _may_fork(self) -> bool:
+        """``start_method``: ``spawn`` never forks; ``auto`` forks while ``fork_refusal`` has nothing to say."""
+        method = self.options.start_method
+        if method == "spawn":
+            return False
+        why = fork_refusal()
+        forks = why is None or (method == "fork" and why != CANNOT_FORK)
+        if why is not None and why != self._fork_refused:
+            self._fork_refused = why  # said once per reason, not once per child
+            if forks:
+                log.warning("forking worker processes as --start-method fork says, although %s", why)
+            else:
+                log.debug("starting worker processes with a fresh interpreter: %s", why)
+        return forks
 
     def _popen(self, cmd: list[str], write_fd: int) -> subprocess.Popen[bytes]:
         # A session of its own: a signal to our process group (Ctrl-C, `timeout`) reaches us
@@ -289,7 +308,7 @@ class Supervisor:
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
         try:
-            proc = self._popen(self._command(write_fd), write_fd)
+            proc = self._start(write_fd)
         except OSError as exc:
             os.close(read_fd)
             self._startup_failed(f"could not start a worker process: {type(exc).__name__}: {exc}")
@@ -786,6 +805,8 @@ class Supervisor:
         """The pool as the run ended, for the final progress line; a failing store is not asked once more."""
         if self.storage_failing:
             return
+        if self._drained_at_read:
+            return  # the read that found the pool drained is its last state: nothing was left to change it
         budget = self._stop_budget or WaitBudget(self.window, "the fleet's stop")
         with contextlib.suppress(Exception):
             self.stats = await budget.call("reading the pool's final counts", self.pool.stats())
@@ -796,7 +817,7 @@ class Supervisor:
         self._wakeup.set()  # the first pass at once: children start without waiting a TICK
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), TICK)
+                await asyncio.wait_for(self._wakeup.wait(), self._pause())
             self._wakeup.clear()
             await self._reap_children()
             now = time.monotonic()
@@ -811,8 +832,15 @@ class Supervisor:
                     )
                     return
                 continue
-            if now >= next_stats or (self._ran_dry and now >= self._early_read_at):
+            # Children start before anything here asks the store (the counts, the reaper, the
+            # schedules, the local check): a worker process takes a good part of a second to import
+            # and register, and the supervisor's calls overlap it instead of delaying it. A few
+            # children per pass: signals, events and the stop flag are handled between batches,
+            # so SIGTERM during the start of a large fleet acts at once.
+            self._spawn_some()
+            if now >= next_stats or self._early_read_due(now):
                 self._ran_dry = False
+                settled = self._settled()
                 try:
                     before = self.stats
                     self.stats = await self.pool.stats()
@@ -830,6 +858,8 @@ class Supervisor:
                     )
                     next_stats = read_at + gap
                     self._early_read_at = read_at + max(TICK, RAN_DRY_COST_FACTOR * (read_at - now))
+                    self._stale_read_at = read_at + (read_at - now)
+                    self._settled_at_read = settled
                     if self._baseline is None:
                         self._baseline = self.stats
                     self.storage_failing = False
@@ -838,19 +868,11 @@ class Supervisor:
                         self.storage_failures = 0
                     await self._sample_metrics()
                     if self.options.until_empty and remaining(self.stats) == 0:
+                        self._drained_at_read = self.result is None  # the run's reason, not a later one
                         self._finish(ExitCode.DRAINED, "the pool drained")
                         continue
                     self._scale(self.stats)
-            # Children start before the reaper, the schedules and the local check run (storage calls
-            # each): a worker process takes a good part of a second to import and register, and the
-            # supervisor's calls overlap it instead of delaying it.
-            # A few children per tick: signals, events and the stop flag are handled between
-            # batches, so SIGTERM during the start of a large fleet acts at once.
-            for _ in range(SPAWN_PER_TICK):
-                active = sum(1 for c in self.children.values() if not c.retiring)
-                if active >= self.target or time.monotonic() < self.restart_at or self.result is not None:
-                    break
-                self._spawn()
+                    self._spawn_some()  # what the counts scaled up to starts now, not a pass later
             if now >= next_reap:
                 next_reap = now + reap_every
                 await self._reap_workers()
@@ -863,6 +885,34 @@ class Supervisor:
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY
                 self._progress()
+
+    def _spawn_some(self) -> None:
+        """Start children up to the target, at most SPAWN_PER_TICK of them."""
+        for _ in range(SPAWN_PER_TICK):
+            active = sum(1 for c in self.children.values() if not c.retiring)
+            if active >= self.target or time.monotonic() < self.restart_at or self.result is not None:
+                return
+            self._spawn()
+
+    def _settled(self) -> int:
+        """Items this fleet's processes have reported finished, failed, poisoned, released or cancelled."""
+        t = self.tally
+        return t.done + t.failed + t.poisoned + t.released + t.cancelled
+
+    def _pause(self) -> float:
+        """Seconds the loop waits for an event: TICK, or less when an early read of the counts falls due sooner."""
+        if not self._ran_dry:
+            return TICK
+        due = self._stale_read_at if self._settled() > self._settled_at_read else self._early_read_at
+        return min(TICK, max(0.0, due - time.monotonic()))
+
+    def _early_read_due(self, now: float) -> bool:
+        """A worker ran dry (``--until-empty``) and the counts may be read before they are due (RAN_DRY_COST_FACTOR)."""
+        if not self._ran_dry:
+            return False
+        if self._settled() > self._settled_at_read:
+            return now >= self._stale_read_at
+        return now >= self._early_read_at
 
     async def _sample_metrics(self) -> None:
         """With --metrics-port: the storage gauges (pool depth, oldest age, workers), fleet-wide."""
