@@ -12,6 +12,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -133,3 +134,36 @@ def test_the_handle_on_a_forked_process_reports_as_popen_does() -> None:
             child.kill()
             child.wait()
         child.returncode = handle.returncode  # reaped through the handle: Popen must not wait for it again
+
+
+@pytest.mark.skipif(fork_refusal() is not None, reason="this test process cannot fork safely")
+def test_a_signal_before_the_child_reset_its_handlers_waits_for_them_and_never_reaches_the_parent(monkeypatch) -> None:
+    from workhive.runtime import forked
+
+    become = forked._become_worker
+
+    def signalled_at_once(*args: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # as the supervisor stopping a child it just started
+        become(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(forked, "_become_worker", signalled_at_once)
+    wakeup_r, wakeup_w = socket.socketpair()
+    events_r, events_w = os.pipe()
+    for s in (wakeup_r, wakeup_w):
+        s.setblocking(False)
+    # What an asyncio loop's add_signal_handler sets up in the supervisor: a handler and a wakeup descriptor.
+    old_handler = signal.signal(signal.SIGTERM, lambda *_: None)
+    old_wakeup = signal.set_wakeup_fd(wakeup_w.fileno())
+    try:
+        child = forked.fork_worker(["--events-fd", str(events_w)], dict(os.environ), events_w)
+        # Held until the child's handlers were the defaults: the signal ended it before the worker began.
+        assert child.wait(timeout=TIMEOUT) == -signal.SIGTERM
+        with pytest.raises(BlockingIOError):
+            wakeup_r.recv(16)  # nothing written to the supervisor's wakeup descriptor
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGTERM, old_handler)
+        for s in (wakeup_r, wakeup_w):
+            s.close()
+        os.close(events_r)
+        os.close(events_w)

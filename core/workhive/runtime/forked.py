@@ -141,9 +141,18 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
 
     stdin_r, stdin_w = os.pipe()
     err_r, err_w = os.pipe()
+    # Signals with a Python handler are held back across the fork: until the child has reset
+    # its handlers, a signal it got (the supervisor's SIGTERM to a child it just started) would
+    # run the inherited C handler, which writes the signal's number to the wakeup descriptor it
+    # shares with the supervisor's event loop, and the supervisor would take it as its own.
+    # Held, it is delivered once the child's handlers are the defaults (a SIGTERM then ends it,
+    # as it ends a spawned child that is still importing).
+    handled = {sig for sig in signal.valid_signals() if callable(signal.getsignal(sig))}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
     try:
         pid = os.fork()
     except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in (stdin_r, stdin_w, err_r, err_w):
             os.close(fd)
         raise
@@ -151,6 +160,7 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
         code = CHILD_CRASHED
         try:
             _become_worker(stdin_r, err_w, events_fd, env)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             process.main(argv)  # ends with os._exit
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else CHILD_CRASHED
@@ -159,6 +169,7 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
                 os.write(2, traceback.format_exc().encode(errors="backslashreplace"))
         finally:
             os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(stdin_r)
     os.close(err_w)
     return ForkedProcess(pid, os.fdopen(stdin_w, "wb"), os.fdopen(err_r, "rb"))
