@@ -35,7 +35,7 @@ bench prints, for each run:
   (completions until ``mid``'s last), which is what the bench printed before:
   a worker runs each claim's items in its lanes, a lane's share in order, so at
   any moment the fleet runs turns spread over processes x lanes x the claim
-  size per lane (up to 512 for a no-op handler, ``docs/runtime.md``); a window
+  size per lane (up to 256 for a no-op handler, ``docs/runtime.md``); a window
   shorter than a few of those spans shows the spread of that work in flight,
   not of the turns, and is printed for reference, not judged;
 - when ``small`` finished (its last completion) against its fair-share bound

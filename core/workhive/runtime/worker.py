@@ -72,12 +72,11 @@ log = logging.getLogger("workhive.runtime.worker")
 #: A process's lanes together hold at most ADAPTIVE_MAX_HELD items claimed that way (each
 #: lane's batch is at most ADAPTIVE_MAX_HELD // concurrency): with a batch of 128 a lane, 128
 #: lanes could hold 16,384 items that the fleet's other processes cannot claim (docs/runtime.md).
-#: 512: a claim's fixed cost (a round trip, and on PostgreSQL a grouped claim's rounds) is shared
-#: by more items. PostgreSQL, `work` no-op 2 x 1 draining 50,000 jobs, runs interleaved: at 256
-#: 1.51-1.62 s against 1.67-1.95 s at 128; at 512 1.41-1.51 s against 1.54-1.57 s at 256 (another
-#: machine, worker CPU 0.70-0.72 s against 0.76-0.78 s); Redis and SQLite the same within noise.
-#: bench/fairness's no-op fleet (4 x 4) on PostgreSQL: 0.92x grouped/ungrouped at 256 and at 512.
-ADAPTIVE_MAX_CLAIM = 512
+#: 256, not 128: a claim's fixed cost (a round trip, and on PostgreSQL a grouped claim's rounds)
+#: is shared by twice the items. PostgreSQL, `work` no-op 2 x 1 draining 50,000 jobs, runs
+#: interleaved: 1.51-1.62 s against 1.67-1.95 s; bench/fairness's no-op fleet (4 x 4) 43-44k
+#: items/s ungrouped against 37-42k, grouped/ungrouped 0.92x against 0.89-0.91x.
+ADAPTIVE_MAX_CLAIM = 256
 ADAPTIVE_MAX_HELD = 1024
 LANE_BATCH_SECONDS = 0.04
 #: handlers this quick on average (a no-op, a dict lookup) never wait on anything, so lanes give them
