@@ -331,7 +331,19 @@ from workhive.models import (
     WorkItem,
 )
 
-__all__ = ["Cancels", "CompletesAndClaims", "KeepsSteps", "ServesGroups", "StorageBackend", "check_backend"]
+__all__ = [
+    "Cancels",
+    "CompletesAndClaims",
+    "KeepsSteps",
+    "ServesGroups",
+    "StorageBackend",
+    "check_backend",
+    "instant_claim_max",
+]
+
+
+#: the largest ``instant_claim_max`` a backend may give (the runtime's ADAPTIVE_MAX_HELD: all a process holds)
+INSTANT_CLAIM_MAX_LIMIT = 1024
 
 
 @runtime_checkable
@@ -341,6 +353,13 @@ class StorageBackend(Protocol):
     ``capabilities`` may hold ``"notify"`` (``wait_for_work`` wakes on push
     rather than sleeping out the timeout) and ``"multiprocess"`` (safe to share
     across processes).
+
+    Optional: ``instant_claim_max``, an int from 1 to 1,024, the most items the
+    fleet runtime's adaptive claim asks for at once when handlers take no time
+    (256 without it; ``runtime.worker.ADAPTIVE_MAX_CLAIM``). A backend whose
+    claim costs a network round trip and fixed statements gains from larger
+    claims; an embedded one that holds a write lock while it claims does not.
+    ``check_backend`` refuses any other value.
     """
 
     capabilities: frozenset[str]
@@ -505,6 +524,21 @@ REQUIRED_METHODS: tuple[str, ...] = tuple(
 )
 
 
+def instant_claim_max(backend: object) -> int | None:
+    """The backend's ``instant_claim_max`` (see ``StorageBackend``), or None when it names none.
+
+    Read from its class or instance, never through a ``__getattr__`` (a test double that
+    answers every name, or a proxy, names none); ``check_backend`` refused any bad value.
+
+    >>> class Remote:
+    ...     instant_claim_max = 512
+    >>> instant_claim_max(Remote()), instant_claim_max(object())
+    (512, None)
+    """
+    value = inspect.getattr_static(backend, "instant_claim_max", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def check_backend(backend: object) -> None:
     """Raise ``PluginValidationError`` naming every method ``backend`` lacks or has without ``async``.
 
@@ -526,7 +560,11 @@ def check_backend(backend: object) -> None:
     bad_capabilities = not isinstance(capabilities, (frozenset, set)) or not all(
         isinstance(c, str) for c in capabilities
     )
-    if not (missing or not_async or bad_capabilities):
+    claim_max = inspect.getattr_static(backend, "instant_claim_max", None)
+    bad_claim_max = claim_max is not None and (
+        isinstance(claim_max, bool) or not isinstance(claim_max, int) or not 1 <= claim_max <= INSTANT_CLAIM_MAX_LIMIT
+    )
+    if not (missing or not_async or bad_capabilities or bad_claim_max):
         return
     problems = []
     if missing:
@@ -535,6 +573,8 @@ def check_backend(backend: object) -> None:
         problems.append(f"not async (define them with async def): {', '.join(not_async)}")
     if bad_capabilities:
         problems.append(f"capabilities must be a frozenset of strings, got {capabilities!r}")
+    if bad_claim_max:
+        problems.append(f"instant_claim_max must be an int from 1 to {INSTANT_CLAIM_MAX_LIMIT}, got {claim_max!r}")
     raise PluginValidationError(
         f"storage backend {type(backend).__name__} is not a workhive StorageBackend: {'; '.join(problems)}. "
         "workhive/storage.py lists every method and its rules",

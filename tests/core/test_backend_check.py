@@ -47,3 +47,18 @@ def test_capabilities_must_be_a_set_of_names() -> None:
 def test_the_list_follows_the_protocol() -> None:
     assert "claim" in REQUIRED_METHODS and "state_delete" in REQUIRED_METHODS and "open" in REQUIRED_METHODS
     assert "complete_and_claim" not in REQUIRED_METHODS  # optional (CompletesAndClaims)
+
+
+@pytest.mark.parametrize("value", [0, 1025, "512", 512.0, True])
+def test_an_instant_claim_max_is_an_int_from_1_to_1024(value: object) -> None:
+    cls = _complete_backend()
+    cls.instant_claim_max = value
+    with pytest.raises(PluginValidationError, match=r"instant_claim_max must be an int from 1 to 1024, got "):
+        Hive(cls(), manager=PluginManager(entry_points=False))
+
+
+@pytest.mark.parametrize("value", [None, 1, 512, 1024])
+def test_an_instant_claim_max_in_range_or_none_is_accepted(value: object) -> None:
+    cls = _complete_backend()
+    cls.instant_claim_max = value
+    Hive(cls(), manager=PluginManager(entry_points=False))

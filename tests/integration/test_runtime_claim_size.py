@@ -209,3 +209,34 @@ async def test_the_next_claim_travels_while_a_lanes_completions_do(handler):
     assert storage.claims_while_held == 1
     assert code == 0 and tally.done == 50
     assert all(item.state is ItemState.DONE for item in items)
+
+
+class _Claims:
+    """A memory storage that records each claim's limit, with the backend's claim size of choice."""
+
+    def __init__(self, inner: Any, instant_claim_max: int | None) -> None:
+        self._inner = inner
+        self.instant_claim_max = instant_claim_max
+        self.claim_limits: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> Any:
+        self.claim_limits.append(limit)
+        return await self._inner.claim(pool, worker_id, limit, lease)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("instant_claim_max", [None, 512, 64])
+async def test_an_instant_handlers_claims_grow_to_what_the_backend_says(instant_claim_max):
+    from workhive.runtime import worker as worker_module
+
+    storage = _Claims(workhive.open("memory://").storage, instant_claim_max)
+    async with workhive.open(storage) as hive:  # type: ignore[arg-type]
+        pool = hive.pool("jobs")
+        await pool.push_many([{"n": n} for n in range(3_000)])
+        opts = FleetOptions(pool="jobs", handler="handlers:noop_async", concurrency=1, heartbeat=0.2)
+        code = await ProcessRuntime(opts, hive=hive, sink=ListSink()).run(stop_when_empty=True)
+        assert code == 0 and (await pool.stats()).done == 3_000
+    assert max(storage.claim_limits) == (instant_claim_max or worker_module.ADAPTIVE_MAX_CLAIM), storage.claim_limits

@@ -168,6 +168,10 @@ class PostgresStorage:
     ...         await hive.pool("emails").push({"to": "a@example.com"})
     """
 
+    #: a claim costs a round trip and a few statements however many items it takes: fleets of
+    #: instant handlers claim up to 512 at once (workhive/storage.py; the runtime's default is 256)
+    instant_claim_max = 512
+
     def __init__(
         self,
         url: str,
