@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import IO, Any
+from typing import IO
 
 __all__ = ["CANNOT_FORK", "ForkedProcess", "fork_refusal", "fork_worker"]
 
@@ -159,7 +159,7 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
     if pid == 0:  # the child: never returns into the supervisor's code
         code = CHILD_CRASHED
         try:
-            _become_worker(stdin_r, err_w, events_fd, env)
+            _become_worker(stdin_r, err_w, events_fd, env, handled)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             process.main(argv)  # ends with os._exit
         except SystemExit as exc:
@@ -175,15 +175,18 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
     return ForkedProcess(pid, os.fdopen(stdin_w, "wb"), os.fdopen(err_r, "rb"))
 
 
-def _become_worker(stdin_fd: int, stderr_fd: int, events_fd: int, env: dict[str, str]) -> None:
-    """In the child, right after the fork: leave the supervisor's state behind (see the module's docstring)."""
+def _become_worker(
+    stdin_fd: int, stderr_fd: int, events_fd: int, env: dict[str, str], handled: set[signal.Signals]
+) -> None:
+    """In the child, right after the fork: leave the supervisor's state behind (see the module's docstring).
+
+    ``handled``: the signals that had a Python handler as the process forked (held until this returns).
+    """
     os.setsid()
     signal.set_wakeup_fd(-1)
-    for sig in signal.valid_signals():
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            handler: Any = signal.getsignal(sig)
-            if callable(handler) and handler is not signal.default_int_handler:
-                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+    for sig in handled:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     os.dup2(stdin_fd, 0)
     os.dup2(stderr_fd, 2)
     null = os.open(os.devnull, os.O_RDWR)

@@ -249,8 +249,8 @@ class Supervisor:
         self._busy = self._waited = self._calls = self._waits_since = 0.0  # see _timed
         self._wakeup = asyncio.Event()
         self._env = _child_env()
-        self._fork_refused: str | None = None  # why worker processes were last not forked (logged once per reason)
         self._env[PLUGINS_FOUND_ENV] = found_to_env(hive.manager.found)
+        self._fork_refused: str | None = None  # why worker processes were last not forked (logged once per reason)
 
     def _budget_rate(self) -> float | None:
         """What the fleet's keys allow together, from ``--credentials`` (their rpm/tpm), or None."""
@@ -899,20 +899,21 @@ class Supervisor:
         t = self.tally
         return t.done + t.failed + t.poisoned + t.released + t.cancelled
 
+    def _early_read_at_the_soonest(self) -> float | None:
+        """When a worker ran dry (``--until-empty``): the soonest the counts may be read early (RAN_DRY_COST_FACTOR)."""
+        if not self._ran_dry:
+            return None
+        return self._stale_read_at if self._settled() > self._settled_at_read else self._early_read_at
+
     def _pause(self) -> float:
         """Seconds the loop waits for an event: TICK, or less when an early read of the counts falls due sooner."""
-        if not self._ran_dry:
-            return TICK
-        due = self._stale_read_at if self._settled() > self._settled_at_read else self._early_read_at
-        return min(TICK, max(0.0, due - time.monotonic()))
+        due = self._early_read_at_the_soonest()
+        return TICK if due is None else min(TICK, max(0.0, due - time.monotonic()))
 
     def _early_read_due(self, now: float) -> bool:
-        """A worker ran dry (``--until-empty``) and the counts may be read before they are due (RAN_DRY_COST_FACTOR)."""
-        if not self._ran_dry:
-            return False
-        if self._settled() > self._settled_at_read:
-            return now >= self._stale_read_at
-        return now >= self._early_read_at
+        """A worker ran dry and the counts may be read before they are due."""
+        due = self._early_read_at_the_soonest()
+        return due is not None and now >= due
 
     async def _sample_metrics(self) -> None:
         """With --metrics-port: the storage gauges (pool depth, oldest age, workers), fleet-wide."""
