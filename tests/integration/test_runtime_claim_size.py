@@ -43,12 +43,12 @@ class _Clock:
         return getattr(time, name)
 
 
-class _SlowCompletions:
-    """A memory storage whose every ``complete`` takes a second on ``clock``; records each claim's limit."""
+class _Claims:
+    """A memory storage that records each claim's limit, with the backend's claim size of choice."""
 
-    def __init__(self, inner: Any, clock: _Clock) -> None:
+    def __init__(self, inner: Any, instant_claim_max: int | None = None) -> None:
         self._inner = inner
-        self._clock = clock
+        self.instant_claim_max = instant_claim_max
         self.claim_limits: list[int] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -57,6 +57,14 @@ class _SlowCompletions:
     async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> Any:
         self.claim_limits.append(limit)
         return await self._inner.claim(pool, worker_id, limit, lease)
+
+
+class _SlowCompletions(_Claims):
+    """A memory storage whose every ``complete`` takes a second on ``clock``; records each claim's limit."""
+
+    def __init__(self, inner: Any, clock: _Clock) -> None:
+        super().__init__(inner)
+        self._clock = clock
 
     async def complete(self, pool: str, acks: Any) -> Any:
         self._clock.skipped += 1.0
@@ -209,22 +217,6 @@ async def test_the_next_claim_travels_while_a_lanes_completions_do(handler):
     assert storage.claims_while_held == 1
     assert code == 0 and tally.done == 50
     assert all(item.state is ItemState.DONE for item in items)
-
-
-class _Claims:
-    """A memory storage that records each claim's limit, with the backend's claim size of choice."""
-
-    def __init__(self, inner: Any, instant_claim_max: int | None) -> None:
-        self._inner = inner
-        self.instant_claim_max = instant_claim_max
-        self.claim_limits: list[int] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def claim(self, pool: str, worker_id: str, limit: int, lease: float) -> Any:
-        self.claim_limits.append(limit)
-        return await self._inner.claim(pool, worker_id, limit, lease)
 
 
 @pytest.mark.asyncio
