@@ -89,10 +89,54 @@ def test_the_item_that_ends_its_process_is_poisoned_and_no_other_is_charged(tmp_
         _assert_clean(str(path), path.read_bytes())
 
 
-def _items(db: Path) -> list[WorkItem]:
+def _items(db: Path, limit: int = 100) -> list[WorkItem]:
     async def read() -> list[WorkItem]:
         async with workhive_api.open(f"sqlite:///{db}", create=False) as hive:
             pool = hive.pool("jobs")
-            return [i for state in ItemState for i in await pool.items(state, limit=100)]
+            return [i for state in ItemState for i in await pool.items(state, limit=limit)]
 
     return asyncio.run(read())
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+@pytest.mark.parametrize("handler", ["ends_its_process", "ends_its_process_async"])
+def test_the_item_that_ends_its_process_inside_a_long_batch_is_the_one_charged(
+    tmp_path: Path, handler: str, start_method: str
+) -> None:
+    """Fast items run in batches of up to hundreds a lane, each written to the lane board, not announced one by one.
+
+    The board reaches a spawned worker process as a descriptor, and a forked one inherits it.
+
+    The process dies at an item deep inside such a batch (SIGKILL: nothing of its own is
+    written on the way out). The supervisor reads from the board which item that was: it
+    alone spends its attempts and is poisoned; every other item is done, with one attempt.
+    """
+    count, bad = 600, 450
+    env = {"PYTHONPATH": str(HERE), "WORKHIVE_TEST_HOW": "sigkill"}
+    storage = "sqlite:///hive.db"
+    items = "".join(json.dumps({"n": n, "bad": n == bad}) + "\n" for n in range(count))
+    assert workhive(tmp_path, "--storage", storage, "push", "jobs", "-", stdin=items, **env).code == 0
+    run = workhive(
+        tmp_path,
+        "--storage", storage, "work", "jobs", "--handler", f"crash_handlers:{handler}",
+        "--processes", "1", "--concurrency", "2", "--max-attempts", str(MAX_ATTEMPTS),
+        "--start-method", start_method, "--until-empty", "--progress", "none", "--json",
+        timeout=240,
+        **env,
+    )  # fmt: skip
+    assert run.code == 0, run
+    report = run.json()
+    assert report["poisoned"] == 1 and report["done"] == count - 1, report
+    # Every death named it: charged at once, or (the first, beside another lane's claim) marked a
+    # suspect to run alone. A death the board did not explain would blame nothing, and it would
+    # kill process after process until some other way caught it.
+    assert report["processes_replaced"] <= MAX_ATTEMPTS + 1, (report, run.err[-3000:])
+    found = _items(tmp_path / "hive.db", limit=count)
+    dead = next(i for i in found if i.data["bad"])
+    assert dead.state is ItemState.POISONED and dead.attempts == MAX_ATTEMPTS, dead
+    assert "killed by signal 9" in dead.error, dead.error
+    innocents = [i for i in found if i is not dead]
+    assert len(innocents) == count - 1
+    assert all(i.state is ItemState.DONE and i.attempts == 1 for i in innocents), [
+        i for i in innocents if i.state is not ItemState.DONE or i.attempts != 1
+    ][:5]

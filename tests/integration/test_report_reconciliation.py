@@ -27,7 +27,7 @@ def test_completions_committed_but_never_reported_are_counted_from_storage() -> 
             await pool.fail(failed, "boom")
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
             child = _Child.__new__(_Child)  # the bookkeeping of one worker process, without a real process
-            child.running, child.unreported, child.worker_ids = {}, {}, set()
+            child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
             child.alone, child.fatal, child.ready = None, None, True
             for n, item in enumerate((done_unreported, done_reported, failed, still_claimed)):
                 sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])
@@ -56,7 +56,7 @@ def test_a_poisoning_committed_but_never_reported_is_counted_from_storage() -> N
             await pool.fail(poisoned, "boom")  # its only attempt: POISONED
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
             child = _Child.__new__(_Child)
-            child.running, child.unreported, child.worker_ids = {}, {}, set()
+            child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
             child.alone, child.fatal, child.ready = None, None, True
             for n, item in enumerate((poisoned, still_claimed)):
                 sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])

@@ -260,14 +260,14 @@ def test_a_child_that_dies_before_it_gets_its_configuration_is_replaced(tmp_path
     class DiesBeforeConfig(Supervisor):
         doomed = 0
 
-        def _popen(self, cmd, write_fd):
+        def _popen(self, cmd, pass_fds):
             if self.doomed < 2:
                 # The child is dead before the supervisor writes its configuration: BrokenPipeError.
                 self.doomed += 1
                 proc = subprocess.Popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE)
                 proc.wait()
                 return proc
-            return super()._popen(cmd, write_fd)
+            return super()._popen(cmd, pass_fds)
 
     supervisor, report = _in_process_fleet(DiesBeforeConfig, db)
     assert supervisor.doomed == 2
@@ -415,12 +415,12 @@ def test_sigterm_while_a_large_fleet_starts_stops_the_spawning(tmp_path, monkeyp
     class CountingSpawns(Supervisor):
         spawned = 0
 
-        def _popen(self, cmd, write_fd):
+        def _popen(self, cmd, pass_fds):
             # A stand-in child that costs nothing: it waits on its stdin and dies on SIGTERM.
             self.spawned += 1
             if self.spawned == 3:
                 os.kill(os.getpid(), signal.SIGTERM)  # the operator gives up while children start
-            return subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(write_fd,))
+            return subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=pass_fds)
 
     supervisor, report = _in_process_fleet(CountingSpawns, db, processes=200, until_empty=False)
     assert report.reason == "stopped by SIGTERM", report

@@ -155,7 +155,7 @@ def test_a_signal_before_the_child_reset_its_handlers_waits_for_them_and_never_r
     old_handler = signal.signal(signal.SIGTERM, lambda *_: None)
     old_wakeup = signal.set_wakeup_fd(wakeup_w.fileno())
     try:
-        child = forked.fork_worker(["--events-fd", str(events_w)], dict(os.environ), events_w)
+        child = forked.fork_worker(["--events-fd", str(events_w)], dict(os.environ), (events_w,))
         # Held until the child's handlers were the defaults: the signal ended it before the worker began.
         assert child.wait(timeout=TIMEOUT) == -signal.SIGTERM
         with pytest.raises(BlockingIOError):

@@ -122,8 +122,8 @@ def test_quick_items_go_in_one_trip(handlers: Any, monkeypatch: pytest.MonkeyPat
     trips: list[int] = []
     original = worker_module.Worker._call_in_thread
 
-    def count(self: Any, items: Any, start: int, lane: str) -> Any:
-        ran = original(self, items, start, lane)
+    def count(self: Any, items: Any, start: int, lane: str, *slot: Any) -> Any:
+        ran = original(self, items, start, lane, *slot)
         trips.append(len(ran))
         return ran
 
@@ -203,8 +203,8 @@ def test_claims_grow_by_the_time_items_ran_not_by_a_slow_trip_to_the_thread(
 
     original = worker_module.Worker._call_in_thread
 
-    def slow_trip(self: Any, items: Any, start: int, lane: str) -> Any:
-        ran = [(item, result, exc, 0.0) for item, result, exc, _ in original(self, items, start, lane)]
+    def slow_trip(self: Any, items: Any, start: int, lane: str, *slot: Any) -> Any:
+        ran = [(item, result, exc, 0.0) for item, result, exc, _ in original(self, items, start, lane, *slot)]
         time.sleep(0.01)
         return ran
 

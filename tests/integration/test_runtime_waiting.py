@@ -279,7 +279,7 @@ def test_the_supervisor_records_claims_announced_together_as_it_does_each_start(
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
             each, together = (_Child.__new__(_Child) for _ in range(2))
             for child in (each, together):
-                child.running, child.unreported, child.worker_ids = {}, {}, set()
+                child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
                 child.alone, child.fatal, child.ready = None, None, True
             sup._on_event(each, [ev.START, "w-1#7", "i0000000000000001", 3, 1])  # one alone, then two more
             sup._on_event(together, [ev.START, "w-1#7", "i0000000000000001", 3, 1])
@@ -289,9 +289,80 @@ def test_the_supervisor_records_claims_announced_together_as_it_does_each_start(
             return each, together
 
     each, together = asyncio.run(main())
-    assert together.running == each.running == {
-        "w-1#0": ("i0000000000000002", 5),
-        "w-1#7": ("i0000000000000003", 2),
-    }
+    assert (
+        together.running
+        == each.running
+        == {
+            "w-1#0": ("i0000000000000002", 5),
+            "w-1#7": ("i0000000000000003", 2),
+        }
+    )
     assert together.unreported == each.unreported
     assert together.alone is None and each.alone is None  # the one alone is no longer the last word
+
+
+def test_the_supervisor_reads_a_dead_process_s_lane_board_as_its_starts_would_have_said() -> None:
+    """BATCH events and the lane board leave the record of what ran as each item's START would have.
+
+    Lane 0 was running the third item of its batch (announced in two lines). Lane 1 had not
+    begun its second batch: its slot still names the first, which had ended, so nothing ran
+    there (a START record names the last item started, finished or not). In lane 2 the
+    batch's second item ran alone: its START is the last word. Lane 3's second line was lost:
+    the items it would have named are not guessed at.
+    """
+    from workhive.runtime import events as ev
+    from workhive.runtime.board import LaneBoard
+    from workhive.runtime.supervisor import Supervisor, _Child
+
+    board = LaneBoard.create(4)
+    if board is None:
+        pytest.skip("no memfd_create on this platform: every item has its START event")
+    worker = LaneBoard.attach(board.fd, 4)  # the worker process's side, on the same memory
+
+    def item(n: int) -> str:
+        return f"i{n:016x}"
+
+    def claims(*numbers: int) -> list[Any]:  # item id, token (100 + n) for each
+        return [part for n in numbers for part in (item(n), 100 + n)]
+
+    async def main() -> tuple[Any, Any]:
+        async with workhive.open("memory://") as hive:
+            sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
+            each, boarded = (_Child.__new__(_Child) for _ in range(2))
+            for child in (each, boarded):
+                child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
+                child.alone, child.fatal, child.ready, child.board = None, None, True, None
+            boarded.board = board
+
+            def start(lane: int, n: int, alone: int = 0) -> None:
+                sup._on_event(each, [ev.START, f"w-1#{lane}", item(n), 100 + n, alone])
+
+            sup._on_event(boarded, [ev.BATCH, "w-1#0", 5, 0, *claims(1, 2)])
+            sup._on_event(boarded, [ev.BATCH, "w-1#0", 5, 2, *claims(3, 4)])
+            for index, n in enumerate((1, 2, 3)):
+                worker.write(0, 5, index)
+                start(0, n)
+            sup._on_event(boarded, [ev.BATCH, "w-1#1", 6, 0, *claims(5, 6)])
+            for index, n in enumerate((5, 6)):
+                worker.write(1, 6, index)
+                start(1, n)
+            sup._on_event(boarded, [ev.BATCH, "w-1#1", 9, 0, *claims(7, 8)])
+            sup._on_event(boarded, [ev.BATCH, "w-1#2", 7, 0, *claims(9, 10)])
+            worker.write(2, 7, 0)
+            start(2, 9)
+            sup._on_event(boarded, [ev.BATCH, "w-1#3", 8, 0, *claims(13)])
+            sup._on_event(boarded, [ev.BATCH, "w-1#3", 8, 2, *claims(14, 15)])  # the line at offset 1 never came
+            worker.write(3, 8, 1)
+            for child in (each, boarded):  # the last word: nothing is announced while it runs alone
+                sup._on_event(child, [ev.START, "w-1#2", item(10), 110, 1])
+            boarded.read_board()
+            return each, boarded
+
+    each, boarded = asyncio.run(main())
+    assert boarded.running == {"w-1#0": (item(3), 103), "w-1#2": (item(10), 110)}
+    assert each.running == boarded.running | {"w-1#1": (item(6), 106)}
+    assert boarded.alone == each.alone == (item(10), 110)
+    assert board.fd == -1 and not boarded.batches  # read once, then let go
+    # every claim announced is in question (counted if storage says it was settled), the lost line's too
+    assert set(boarded.unreported) == {item(n) for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14, 15)}
+    worker.close()

@@ -39,6 +39,11 @@ START = "start"  # lane ("<worker id>#<n>"), item id, token, alone (1: nothing e
 #: worker id, then (lane number, item id, token) for each of several claims starting at once, none alone: the
 #: claims one ``claim_many`` brought, announced in one write before any of their lanes runs (see Worker._start_lanes)
 STARTS = "starts"
+#: lane ("<worker id>#<n>"), batch number, offset, then item id, token for each of the items from ``offset`` on
+#: of a batch the lane will run in that order, one after another, announced before it begins; which of them it
+#: runs, the lane writes to its slot of the process's lane board instead of a START each (runtime.board). A
+#: batch too long for one line comes in several, at increasing offsets
+BATCH = "batch"
 READY = "ready"  # the process loaded its handler and registered its workers
 FATAL = "fatal"  # exit code, message[, STORAGE_FAULT]: the process cannot run (bad handler, storage down)
 EXIT = "exit"  # exit code, reason, workers whose claims it could not give back: its last word before it exits

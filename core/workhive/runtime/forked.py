@@ -131,11 +131,12 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedProcess:
+def fork_worker(argv: list[str], env: dict[str, str], pass_fds: tuple[int, ...]) -> ForkedProcess:
     """Fork a worker process that runs ``workhive.runtime.process.main(argv)`` with ``env``.
 
-    Its stdin and stderr are pipes (the handle's ``stdin``/``stderr``); ``events_fd``
-    stays open in it under the same number. Raises ``OSError`` when the fork fails.
+    Its stdin and stderr are pipes (the handle's ``stdin``/``stderr``); ``pass_fds`` (its
+    events pipe, its lane board) stay open in it under the same numbers, as ``Popen``'s
+    ``pass_fds`` would. Raises ``OSError`` when the fork fails.
     """
     from workhive.runtime import process  # imported here, once: the children then have it
 
@@ -159,7 +160,7 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
     if pid == 0:  # the child: never returns into the supervisor's code
         code = CHILD_CRASHED
         try:
-            _become_worker(stdin_r, err_w, events_fd, env, handled)
+            _become_worker(stdin_r, err_w, pass_fds, env, handled)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             process.main(argv)  # ends with os._exit
         except SystemExit as exc:
@@ -176,7 +177,7 @@ def fork_worker(argv: list[str], env: dict[str, str], events_fd: int) -> ForkedP
 
 
 def _become_worker(
-    stdin_fd: int, stderr_fd: int, events_fd: int, env: dict[str, str], handled: set[signal.Signals]
+    stdin_fd: int, stderr_fd: int, pass_fds: tuple[int, ...], env: dict[str, str], handled: set[signal.Signals]
 ) -> None:
     """In the child, right after the fork: leave the supervisor's state behind (see the module's docstring).
 
@@ -190,7 +191,7 @@ def _become_worker(
     os.dup2(stdin_fd, 0)
     os.dup2(stderr_fd, 2)
     null = os.open(os.devnull, os.O_RDWR)
-    keep = {0, 1, 2, events_fd, null}
+    keep = {0, 1, 2, *pass_fds, null}
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd not in keep:

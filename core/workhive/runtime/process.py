@@ -35,6 +35,7 @@ from workhive.errors import (
 from workhive.group_budgets import GroupBudgets
 from workhive.hive import Hive
 from workhive.runtime import events as ev
+from workhive.runtime.board import LaneBoard
 from workhive.runtime.counts import SharedCounts
 from workhive.runtime.handler import Handler, load_handler
 from workhive.runtime.health import HealthPolicy
@@ -141,8 +142,11 @@ class ProcessRuntime:
         handler: Handler | None = None,
         sink: ev.EventSink | None = None,
         health_policy: HealthPolicy | None = None,
+        board: LaneBoard | None = None,
     ) -> None:
         self.options = options
+        #: the lane board its supervisor reads if this process dies (runtime.board); None: a START per item
+        self.board = board
         self.hive = hive
         self.pool = hive.pool(options.pool)
         self.handler = handler if handler is not None else load_handler(options.handler)
@@ -410,7 +414,10 @@ def _fatal_text(exc: WorkhiveError) -> str:
 
 
 async def _child_main(
-    options: FleetOptions, sink: ev.PipeSink, found: tuple[str, tuple[FoundPlugin, ...]] | None = None
+    options: FleetOptions,
+    sink: ev.PipeSink,
+    found: tuple[str, tuple[FoundPlugin, ...]] | None = None,
+    board: LaneBoard | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     short = fit_descriptor_limit(options.concurrency)
@@ -426,7 +433,7 @@ async def _child_main(
     except WorkhiveError as exc:
         sink(ev.FATAL, ExitCode.FAILURE, _fatal_text(exc))
         return ExitCode.FAILURE
-    runtime = ProcessRuntime(options, hive=hive, handler=handler, sink=sink)
+    runtime = ProcessRuntime(options, hive=hive, handler=handler, sink=sink, board=board)
     signals_seen = 0
 
     def on_term() -> None:
@@ -469,6 +476,17 @@ def _check_parent(runtime: ProcessRuntime) -> None:
         runtime.request_stop(0, "the supervisor exited")
 
 
+def _attach_board(fd: int | None, options: FleetOptions) -> LaneBoard | None:
+    """The supervisor's lane board for this process's lanes, if it passed one; None: a START event per item."""
+    if fd is None:
+        return None
+    try:
+        return LaneBoard.attach(fd, max(1, options.concurrency))
+    except (OSError, ValueError) as exc:
+        log.debug("no lane board (%s): every item is announced as it starts", exc)
+        return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a worker process (``python -m workhive.runtime --events-fd N``)."""
     for entry in os.environ.pop(PATH_AFTER_ENV, "").split(os.pathsep):  # the parent's order (see _child_env)
@@ -479,6 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m workhive.runtime")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--board-fd", type=int, default=None)
     args = parser.parse_args(argv)
     log_to_stderr(args.log_level)  # handler errors are logged: their control characters are escaped
     sink = ev.PipeSink(args.events_fd)
@@ -488,7 +507,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, TypeError) as exc:
         sink(ev.FATAL, ExitCode.CONFIG, f"bad process configuration on stdin: {exc}")
         os._exit(ExitCode.CONFIG)
-    code = asyncio.run(_child_main(options, sink, found))
+    board = _attach_board(args.board_fd, options)
+    code = asyncio.run(_child_main(options, sink, found, board))
     sys.stdout.flush()
     sys.stderr.flush()
     # os._exit: a sync handler still running in a thread after the grace period

@@ -36,6 +36,7 @@ from workhive.models import PoolStats
 from workhive.redaction import scrub, scrub_data
 from workhive.runtime import events as ev
 from workhive.runtime.aftermath import Aftermath, how_it_ended
+from workhive.runtime.board import LaneBoard
 from workhive.runtime.forked import CANNOT_FORK, ForkedProcess, fork_refusal, fork_worker
 from workhive.runtime.options import ExitCode, FleetOptions, FleetReport
 from workhive.runtime.patience import WaitBudget, retry_window
@@ -127,6 +128,25 @@ class _Child:
     exited: tuple[int, str, int] | None = None  # its EXIT event: code, reason, workers it could not deregister
     stopped_by_us: bool = False  # told to exit at once, or killed, by the supervisor: no item is to blame
     relay: OutputRelay | None = None  # its stderr, passed on scrubbed
+    board: LaneBoard | None = None  # its lanes' progress through batches announced in BATCH events
+    # lane -> (board number, the items of the batch it runs in order), from BATCH events
+    batches: dict[str, tuple[int, list[tuple[str, int]]]] = attrs.field(factory=dict)
+
+    def read_board(self) -> None:
+        """Once the process is dead and its events read: what its board says each lane was running, into ``running``.
+
+        A lane's slot names the item of its latest announced batch it ran last, as a START
+        would have. A slot naming an earlier batch means the lane had not begun this one:
+        its last batch had ended, so nothing ran there.
+        """
+        if self.board is None:
+            return
+        for lane, (number, items) in self.batches.items():
+            batch, index = self.board.read(int(lane.rpartition("#")[2]))
+            if batch == number and index < len(items):
+                self.running[lane] = items[index]
+        self.batches.clear()
+        self.board.close()
 
 
 def _child_env() -> dict[str, str]:
@@ -266,12 +286,16 @@ class Supervisor:
         return budget_rate((c.budget for c in credentials.credentials()), self.options.token_estimate)
 
     # -- children -----------------------------------------------------------
-    def _start(self, write_fd: int) -> subprocess.Popen[bytes] | ForkedProcess:
-        """A worker process that sends its events on ``write_fd``: forked when that is safe, else spawned."""
+    def _start(self, write_fd: int, board: LaneBoard | None) -> subprocess.Popen[bytes] | ForkedProcess:
+        """A worker process with its events pipe ``write_fd`` and its lane ``board``: forked when safe, else spawned."""
         args = ["--events-fd", str(write_fd), "--log-level", self.log_level]
+        fds: tuple[int, ...] = (write_fd,)
+        if board is not None:
+            args += ["--board-fd", str(board.fd)]
+            fds += (board.fd,)
         if self._may_fork():
-            return fork_worker(args, self._env, write_fd)
-        return self._popen([sys.executable, "-m", "workhive.runtime", *args], write_fd)
+            return fork_worker(args, self._env, fds)
+        return self._popen([sys.executable, "-m", "workhive.runtime", *args], fds)
 
     def _may_fork(self) -> bool:
         """``start_method``: ``spawn`` never forks; ``auto`` forks while ``fork_refusal`` has nothing to say."""
@@ -288,12 +312,12 @@ class Supervisor:
                 log.debug("starting worker processes with a fresh interpreter: %s", why)
         return forks
 
-    def _popen(self, cmd: list[str], write_fd: int) -> subprocess.Popen[bytes]:
+    def _popen(self, cmd: list[str], pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes]:
         # A session of its own: a signal to our process group (Ctrl-C, `timeout`) reaches us
         # alone, and the child stops when we tell it, once per request. Its stderr comes through
         # us, scrubbed (runtime.relay), and it never writes to a terminal it does not control.
         return subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,), env=self._env,
+            cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds, env=self._env,
             start_new_session=True,
         )  # fmt: skip
 
@@ -307,15 +331,18 @@ class Supervisor:
         """
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
+        board = LaneBoard.create(max(1, self.options.concurrency))
         try:
-            proc = self._start(write_fd)
+            proc = self._start(write_fd, board)
         except OSError as exc:
             os.close(read_fd)
+            if board is not None:
+                board.close()
             self._startup_failed(f"could not start a worker process: {type(exc).__name__}: {exc}")
             return
         finally:
             os.close(write_fd)
-        child = _Child(proc=proc, fd=read_fd, started_at=time.monotonic())
+        child = _Child(proc=proc, fd=read_fd, started_at=time.monotonic(), board=board)
         self.children[proc.pid] = child
         asyncio.get_running_loop().add_reader(read_fd, self._on_readable, child)
         if proc.stderr is not None:
@@ -391,6 +418,8 @@ class Supervisor:
         event = scrub_data(event)  # children scrub too; this also covers a child without the secret
         kind = event[0]
         if kind == ev.START:
+            if child.batches:
+                child.batches.pop(event[1], None)  # its START is now the lane's last word, not the board
             child.running[event[1]] = (event[2], int(event[3]))
             if self.budget_rate is not None:  # call times matter only for the keys' bound
                 self._started_at[str(event[2])] = time.monotonic()
@@ -406,10 +435,28 @@ class Supervisor:
             now = time.monotonic()
             for n in range(2, len(event) - 2, 3):
                 item_id, token = str(event[n + 1]), int(event[n + 2])
-                child.running[f"{worker_id}#{event[n]}"] = (item_id, token)
+                lane = f"{worker_id}#{event[n]}"
+                child.running[lane] = (item_id, token)
+                if child.batches:
+                    child.batches.pop(lane, None)
                 child.unreported[item_id] = token
                 if timed:
                     self._started_at[item_id] = now
+            child.alone = None
+            return
+        if kind == ev.BATCH:
+            # A lane's batch, in the order it runs it; which item runs is on the board (read_board).
+            # Announced while nothing runs alone (as STARTS): the claim last started alone has ended.
+            lane, number, offset = str(event[1]), int(event[2]), int(event[3])
+            pairs = [(str(event[n]), int(event[n + 1])) for n in range(4, len(event) - 1, 2)]
+            known = child.batches.get(lane)
+            if offset == 0:
+                child.batches[lane] = (number, pairs)
+                child.running.pop(lane, None)
+            elif known is not None and known[0] == number and len(known[1]) == offset:
+                known[1].extend(pairs)
+            for item_id, token in pairs:
+                child.unreported[item_id] = token
             child.alone = None
             return
         if kind == ev.READY:
@@ -455,6 +502,7 @@ class Supervisor:
             if code is None:
                 continue
             self._read_events(child)  # whatever it wrote before dying
+            child.read_board()
             del self.children[pid]
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(child.fd)

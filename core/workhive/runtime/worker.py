@@ -42,6 +42,7 @@ from workhive.item_progress import write_progress
 from workhive.models import ItemState, WorkerRegistration, WorkerStatus, WorkItem
 from workhive.pool import error_text
 from workhive.runtime import events as ev
+from workhive.runtime.board import BATCH_LIMIT
 from workhive.runtime.context import HandlerContext
 from workhive.runtime.health import WorkerHealth
 from workhive.runtime.keys import KeyUse, Outcome
@@ -113,6 +114,11 @@ DONE_EVENT_CHARS = 2500
 
 #: claims announced in one STARTS event: well under PIPE_BUF, so that the write is atomic (events.PipeSink)
 STARTS_PER_EVENT = 50
+
+
+def _id_width(item_id: str) -> int:
+    """What ``item_id`` takes in an event's JSON line, at most: escapes for anything but letters and digits."""
+    return len(item_id) + 3 if item_id.isascii() and item_id.isalnum() else 12 * len(item_id) + 3
 
 
 class _Running:
@@ -198,6 +204,10 @@ class Worker:
         self._max_lane_batch = max(1, min(ADAPTIVE_MAX_CLAIM, ADAPTIVE_MAX_HELD // self.capacity))
         # An instant handler's batches grow to what the backend says its claims are best at (storage.py).
         self._instant_max = instant_claim_max(runtime.hive.storage) or ADAPTIVE_MAX_CLAIM
+        # Batches of several items are announced once and their progress written to the lane board
+        # (runtime.board) instead of a START per item; the board's slots are this worker's lanes.
+        self._board = runtime.board if runtime.board is not None and runtime.board.lanes >= self.capacity else None
+        self._batches = 0  # the number of the last batch announced on the board
         self._oldest_ack = 0.0
         # The registry's status is informational, so it is written beside the work, not before it:
         # an item picked up after an idle spell starts without waiting for the BUSY round trip.
@@ -531,6 +541,9 @@ class Worker:
         # alone must stay the last word), nor for a plain-function handler (its thread trips
         # announce each item themselves).
         announce = rt.handler.is_async and not rt.gate.exclusive_wanted
+        # Batches of several items go on the lane board, under the same rule as STARTS (nothing runs
+        # alone or waits to), and not with keys (the supervisor times each call from its START).
+        board = None if rt.gate.exclusive_wanted or rt.keys.active else self._board
         epoch = rt.gate.exclusive_runs
         starts: list[Any] = []
         for start in range(0, len(items), size):
@@ -539,23 +552,44 @@ class Worker:
             self.items_in_flight += len(batch)
             first = batch[0]
             announced = announce and len(batch) == 1 and first.releases == 0
+            number = 0
             if announced:
                 starts += (lane, first.id, first.token)
                 if len(starts) >= 3 * STARTS_PER_EVENT:
                     rt.emit(ev.STARTS, self.worker_id, *starts)
                     starts = []
-            task = loop.create_task(self._lane(lane, batch, epoch if announced else None))
+            elif board is not None and len(batch) > 1:
+                number = self._announce_batch(lane, batch)
+            task = loop.create_task(self._lane(lane, batch, epoch if announced or number else None, number))
             self._lanes.add(task)
         if starts:
             rt.emit(ev.STARTS, self.worker_id, *starts)
 
-    async def _lane(self, lane: int, items: list[WorkItem], announced: int | None = None) -> None:
+    def _announce_batch(self, lane: int, batch: list[WorkItem]) -> int:
+        """Tell the supervisor the items ``lane`` will run, in order (BATCH events); their board number."""
+        self._batches = self._batches % (BATCH_LIMIT - 1) + 1  # never 0: a slot never written reads 0
+        name = f"{self.worker_id}#{lane}"
+        chunk: list[Any] = []
+        offset = chars = 0
+        for item in batch:
+            width = _id_width(item.id) + 22  # and its token
+            if chunk and chars + width > DONE_EVENT_CHARS:
+                self.rt.emit(ev.BATCH, name, self._batches, offset, *chunk)
+                offset += len(chunk) // 2
+                chunk, chars = [], 0
+            chunk += (item.id, item.token)
+            chars += width
+        self.rt.emit(ev.BATCH, name, self._batches, offset, *chunk)
+        return self._batches
+
+    async def _lane(self, lane: int, items: list[WorkItem], announced: int | None = None, number: int = 0) -> None:
         """Run a claimed batch in order, in lane ``lane`` (START events name it ``<worker id>#<lane>``).
 
         One coroutine for the lane and its batch (not one calling the other): every
         item in flight holds its lane's frames, so each level costs memory per item.
         ``announced``: the batch's first item was announced by ``_start_lanes`` (STARTS),
-        when the isolation gate had let this many items run alone.
+        or the whole batch was (BATCH, numbered ``number`` on the lane board), when the
+        isolation gate had let this many items run alone.
         """
         name = f"{self.worker_id}#{lane}"
         me = asyncio.current_task()  # once per lane, not per item (a Python function before 3.12)
@@ -572,6 +606,7 @@ class Worker:
             and all(item.timeout is None for item in items)
         )
         index = 0
+        rt = self.rt
         try:
             try:
                 while index < len(items):
@@ -584,10 +619,13 @@ class Worker:
                         for rest in items[index:]:
                             await self._release(rest, delay=0.0)
                         break
+                    if number and announced != rt.gate.exclusive_runs:
+                        number = 0  # an item ran alone since the batch was announced: a START each from here on
                     if in_thread and items[index].releases == 0:
-                        count, took = await self._run_in_thread(items, index, name)
+                        count, took = await self._run_in_thread(items, index, name, (lane, number, announced))
                     else:
-                        took = await self._run_one(items[index], name, announced, me)
+                        slot = (lane, number, index) if number else None
+                        took = await self._run_one(items[index], name, announced, me, slot)
                         count = 1
                     handler_seconds += took
                     ran += count
@@ -822,8 +860,7 @@ class Worker:
         chunk: list[str] = []
         chars = 0
         for item_id in done:
-            # what the id takes in the JSON line, at most: escapes for anything but letters and digits
-            width = len(item_id) + 3 if item_id.isascii() and item_id.isalnum() else 12 * len(item_id) + 3
+            width = _id_width(item_id)
             if chunk and chars + width > DONE_EVENT_CHARS:
                 emit(ev.DONE, len(chunk), *chunk)
                 chunk, chars = [], 0
@@ -849,14 +886,20 @@ class Worker:
 
     # -- one item -----------------------------------------------------------
     async def _run_one(
-        self, item: WorkItem, lane: str, announced: int | None = None, task: asyncio.Task[Any] | None = None
+        self,
+        item: WorkItem,
+        lane: str,
+        announced: int | None = None,
+        task: asyncio.Task[Any] | None = None,
+        slot: tuple[int, int, int] | None = None,
     ) -> float:
         """Run one claimed item: its key, its handler, its settlement. Returns the seconds its handler took.
 
         One coroutine from the lane down to the handler when the handler is async and
         has no clock to run (a waiting item holds every frame above it; see _lane).
-        ``announced``: the supervisor heard of this claim already (STARTS), when the
-        isolation gate had let this many items run alone. ``task``: the lane's task, this one.
+        ``announced``: the supervisor heard of this claim already (STARTS, or BATCH),
+        when the isolation gate had let this many items run alone. ``task``: the lane's
+        task, this one. ``slot``: (lane, batch number, index) to write to the lane board.
         """
         rt = self.rt
         # An item that was running when its process died beside others runs alone here, so
@@ -867,7 +910,9 @@ class Worker:
             # ``alone`` tells the supervisor nothing else runs in this process until it ends.
             # An item announced in a STARTS event says so again only if an item ran alone since
             # (it waited at the gate meanwhile): its START ends the supervisor's record of that one.
-            if announced is None or alone or announced != rt.gate.exclusive_runs:
+            if slot is not None and not alone and announced == rt.gate.exclusive_runs:
+                rt.board.write(*slot)  # type: ignore[union-attr]  # a slot comes with a board
+            elif announced is None or alone or announced != rt.gate.exclusive_runs:
                 rt.emit(ev.START, lane, item.id, item.token, 1 if alone else 0)
             with tracing.handling(rt.pool.name, item, self.worker_id):  # the item's trace goes on here
                 keys = rt.keys
@@ -1134,7 +1179,9 @@ class Worker:
                 self._oldest_ack = time.monotonic()
             self._acks.append((item, result))
 
-    async def _run_in_thread(self, items: list[WorkItem], start: int, lane: str) -> tuple[int, float]:
+    async def _run_in_thread(
+        self, items: list[WorkItem], start: int, lane: str, board: tuple[int, int, int | None] = (0, 0, None)
+    ) -> tuple[int, float]:
         """Run ``items[start]`` and, while they are quick, the items after it, in one trip to the thread pool.
 
         For a plain-function handler each item used to cost two thread hand-offs (there
@@ -1144,12 +1191,17 @@ class Worker:
         must be looked at first (a released one may be a crash suspect, to run alone),
         or when the process stops or an item waits to run alone. The loop then settles
         each outcome in order. Returns how many items ran, and the seconds their calls took.
+        ``board``: (lane, batch number, the gate's count as it was announced) of a batch on the
+        lane board (runtime.board), whose items are written there instead; number 0: none.
         """
         rt = self.rt
         loop = self._loop = asyncio.get_running_loop()
         async with rt.gate.shared():
+            # Nothing runs alone during the trip (it holds the gate's shared side): only an item that
+            # ran alone before it (while this lane waited to enter) ends the board's use for the batch.
+            slot = board[:2] if board[1] and board[2] == rt.gate.exclusive_runs else None
             ran: list[tuple[WorkItem, Any, BaseException | None, float]] = await loop.run_in_executor(
-                rt.executor, self._call_in_thread, items, start, lane
+                rt.executor, self._call_in_thread, items, start, lane, slot
             )
         for item, result, exc, elapsed in ran:
             if rt.metrics is not None:
@@ -1189,7 +1241,7 @@ class Worker:
         await self._fail(item, text)
 
     def _call_in_thread(
-        self, items: list[WorkItem], start: int, lane: str
+        self, items: list[WorkItem], start: int, lane: str, slot: tuple[int, int] | None = None
     ) -> list[tuple[WorkItem, Any, BaseException | None, float]]:
         # Runs in the thread pool: reads the stop flags, never touches the event loop itself (a sync
         # ctx.step hands its storage calls to ``self._loop`` and waits, while the loop awaits this trip).
@@ -1198,12 +1250,17 @@ class Worker:
         function = rt.handler.function
         ran: list[tuple[WorkItem, Any, BaseException | None, float]] = []
         until = time.monotonic() + ACK_FLUSH_SECONDS
-        for item in items[start:]:
+        board = rt.board if slot is not None else None
+        for index in range(start, len(items)):
+            item = items[index]
             if ran and (
                 rt.stopping or self.lost or item.releases or rt.gate.exclusive_wanted or time.monotonic() >= until
             ):
                 break
-            rt.emit(ev.START, lane, item.id, item.token, 0)
+            if board is not None:
+                board.write(slot[0], slot[1], index)  # type: ignore[index]
+            else:
+                rt.emit(ev.START, lane, item.id, item.token, 0)
             started = time.perf_counter()
             ctx = self._context(item, loop=loop)
             self.running[item.id] = _Running(item, ctx)  # the heartbeat may cancel it (ctx.cancelled)
