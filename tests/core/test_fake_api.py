@@ -28,3 +28,14 @@ def test_calls_in_flight_are_counted_per_key_with_the_most_seen() -> None:
         stats = api.stats_json()
         assert (stats["key-1"]["in_flight"], stats["key-1"]["max_in_flight"]) == (2, 3)
         assert (stats["key-2"]["in_flight"], stats["key-2"]["max_in_flight"]) == (1, 1)
+
+
+def test_the_first_request_s_moment_is_recorded_once_whatever_its_answer() -> None:
+    """bench/ratelimit counts its window from it: a request refused (an unknown key) is the API's first all the same."""
+    with FakeLLMApi({"sk-a": "key-1"}, rate=1, window=3600.0) as api:
+        assert api.first_request_at is None
+        assert api._admit("sk-unknown")[0] == 401
+        first = api.first_request_at
+        assert first is not None
+        assert [api._admit("sk-a")[0] for _ in range(2)] == [200, 429]
+        assert api.first_request_at == first

@@ -93,6 +93,8 @@ class FakeLLMApi:
         self.stats: dict[str, KeyStats] = {label: KeyStats() for label in (*self.keys.values(), *self.revoked.values())}
         self._buckets: dict[str, _Bucket] = {label: _Bucket(rate) for label in self.keys.values()}
         self._lock = threading.Lock()
+        #: ``time.monotonic()`` of the first request any key made; None before it
+        self.first_request_at: float | None = None
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -143,6 +145,8 @@ class FakeLLMApi:
     def _admit(self, key: str) -> tuple[int, dict[str, str], dict[str, Any]]:
         """Status, extra headers and error body for ``key`` right now (200 with an empty body: go ahead)."""
         with self._lock:
+            if self.first_request_at is None:
+                self.first_request_at = time.monotonic()
             if key in self.revoked:
                 self.stats[self.revoked[key]].requests += 1
                 self.stats[self.revoked[key]].unauthorized += 1
