@@ -137,14 +137,18 @@ class _Child:
 
         A lane's slot names the item of its latest announced batch it ran last, as a START
         would have. A slot naming an earlier batch means the lane had not begun this one:
-        its last batch had ended, so nothing ran there.
+        its last batch had ended, so nothing ran there. The batch's items after the one
+        it ran never started: they leave ``unreported`` (no outcome of theirs to count).
         """
         if self.board is None:
             return
         for lane, (number, items) in self.batches.items():
             batch, index = self.board.read(int(lane.rpartition("#")[2]))
-            if batch == number and index < len(items):
+            begun = index + 1 if batch == number else 0
+            if begun and index < len(items):
                 self.running[lane] = items[index]
+            for item_id, _ in items[begun:]:
+                self.unreported.pop(item_id, None)
         self.batches.clear()
         self.board.close()
 
