@@ -21,8 +21,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from workhive import tracing
 from workhive.errors import (
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 log = logging.getLogger("workhive.runtime.worker")
+T = TypeVar("T")
 
 #: with the default ``batch=1`` a worker whose handler is fast claims more per call, doubling
 #: while a lane's batch would still take under LANE_BATCH_SECONDS of handler time (a 5 ms call:
@@ -119,6 +120,24 @@ STARTS_PER_EVENT = 50
 def _id_width(item_id: str) -> int:
     """What ``item_id`` takes in an event's JSON line, at most: escapes for anything but letters and digits."""
     return len(item_id) + 3 if item_id.isascii() and item_id.isalnum() else 12 * len(item_id) + 3
+
+
+def _event_lines(entries: Iterable[T], width: Callable[[T], int]) -> Iterator[list[T]]:
+    """``entries`` in runs whose ``width``s add up to DONE_EVENT_CHARS at most (one entry at least): an event line each.
+
+    Each line stays under ``PIPE_BUF`` with the rest of its event, so its write is whole (events.PipeSink).
+    """
+    chunk: list[T] = []
+    chars = 0
+    for entry in entries:
+        size = width(entry)
+        if chunk and chars + size > DONE_EVENT_CHARS:
+            yield chunk
+            chunk, chars = [], 0
+        chunk.append(entry)
+        chars += size
+    if chunk:
+        yield chunk
 
 
 class _Running:
@@ -569,17 +588,10 @@ class Worker:
         """Tell the supervisor the items ``lane`` will run, in order (BATCH events); their board number."""
         self._batches = self._batches % (BATCH_LIMIT - 1) + 1  # never 0: a slot never written reads 0
         name = f"{self.worker_id}#{lane}"
-        chunk: list[Any] = []
-        offset = chars = 0
-        for item in batch:
-            width = _id_width(item.id) + 22  # and its token
-            if chunk and chars + width > DONE_EVENT_CHARS:
-                self.rt.emit(ev.BATCH, name, self._batches, offset, *chunk)
-                offset += len(chunk) // 2
-                chunk, chars = [], 0
-            chunk += (item.id, item.token)
-            chars += width
-        self.rt.emit(ev.BATCH, name, self._batches, offset, *chunk)
+        offset = 0
+        for chunk in _event_lines(batch, lambda item: _id_width(item.id) + 22):  # 22: the token
+            self.rt.emit(ev.BATCH, name, self._batches, offset, *(part for i in chunk for part in (i.id, i.token)))
+            offset += len(chunk)
         return self._batches
 
     async def _lane(self, lane: int, items: list[WorkItem], announced: int | None = None, number: int = 0) -> None:
@@ -856,18 +868,8 @@ class Worker:
         which claims ended (its record of them grew with every item, and a process that died
         later had all of them read back and counted once more).
         """
-        emit = self.rt.emit
-        chunk: list[str] = []
-        chars = 0
-        for item_id in done:
-            width = _id_width(item_id)
-            if chunk and chars + width > DONE_EVENT_CHARS:
-                emit(ev.DONE, len(chunk), *chunk)
-                chunk, chars = [], 0
-            chunk.append(item_id)
-            chars += width
-        if chunk:
-            emit(ev.DONE, len(chunk), *chunk)
+        for chunk in _event_lines(done, _id_width):
+            self.rt.emit(ev.DONE, len(chunk), *chunk)
 
     async def _refused_results(self, acks: list[tuple[WorkItem, Any]], exc: InvalidArgument, *, resent: bool) -> None:
         """Storage refused a value before writing anything (a result too large for it): fail that item, with why.
