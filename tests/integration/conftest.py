@@ -21,6 +21,19 @@ def handlers_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(HERE))
 
 
+def bookkeeping_child(**fields: Any) -> Any:
+    """The supervisor's record of one worker process (``supervisor._Child``), without a real process.
+
+    Built through its constructor, so every piece of bookkeeping starts as the class says
+    (a new field needs no test to know of it); ``fields`` sets others (``board=``, …).
+    """
+    from types import SimpleNamespace
+
+    from workhive.runtime.supervisor import _Child
+
+    return _Child(proc=SimpleNamespace(pid=0), fd=-1, started_at=0.0, ready=True, **fields)
+
+
 def fleet_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))

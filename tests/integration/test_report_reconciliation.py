@@ -11,7 +11,9 @@ import workhive
 from workhive.runtime import events as ev
 from workhive.runtime.options import FleetOptions
 from workhive.runtime.patience import WaitBudget
-from workhive.runtime.supervisor import Supervisor, _Child
+from workhive.runtime.supervisor import Supervisor
+
+from .conftest import bookkeeping_child
 
 pytest.importorskip("workhive_memory")
 
@@ -26,9 +28,7 @@ def test_completions_committed_but_never_reported_are_counted_from_storage() -> 
             await pool.complete(done_reported, None)
             await pool.fail(failed, "boom")
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
-            child = _Child.__new__(_Child)  # the bookkeeping of one worker process, without a real process
-            child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
-            child.alone, child.fatal, child.ready = None, None, True
+            child = bookkeeping_child()  # the bookkeeping of one worker process, without a real process
             for n, item in enumerate((done_unreported, done_reported, failed, still_claimed)):
                 sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])
             sup._on_event(child, [ev.DONE, 1, done_reported.id])
@@ -55,9 +55,7 @@ def test_a_poisoning_committed_but_never_reported_is_counted_from_storage() -> N
             poisoned, still_claimed = await pool.claim("w1"), await pool.claim("w2")
             await pool.fail(poisoned, "boom")  # its only attempt: POISONED
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
-            child = _Child.__new__(_Child)
-            child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
-            child.alone, child.fatal, child.ready = None, None, True
+            child = bookkeeping_child()
             for n, item in enumerate((poisoned, still_claimed)):
                 sup._on_event(child, [ev.START, f"w{n}", item.id, item.token])
             await sup.aftermath.count_unreported(child, WaitBudget(30.0, "the test"))

@@ -21,6 +21,8 @@ from workhive.runtime.events import ListSink, Tally
 from workhive.runtime.options import FleetOptions
 from workhive.runtime.process import ProcessRuntime
 
+from .conftest import bookkeeping_child
+
 pytest.importorskip("workhive_memory")
 pytestmark = pytest.mark.usefixtures("handlers_on_path")
 
@@ -272,15 +274,12 @@ async def test_fast_handlers_claim_more_per_lane_however_long_their_completions_
 def test_the_supervisor_records_claims_announced_together_as_it_does_each_start() -> None:
     """A STARTS event (a claim's lanes, announced in one write) leaves the supervisor's record as their STARTs would."""
     from workhive.runtime import events as ev
-    from workhive.runtime.supervisor import Supervisor, _Child
+    from workhive.runtime.supervisor import Supervisor
 
     async def main() -> tuple[Any, Any]:
         async with workhive.open("memory://") as hive:
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
-            each, together = (_Child.__new__(_Child) for _ in range(2))
-            for child in (each, together):
-                child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
-                child.alone, child.fatal, child.ready = None, None, True
+            each, together = bookkeeping_child(), bookkeeping_child()
             sup._on_event(each, [ev.START, "w-1#7", "i0000000000000001", 3, 1])  # one alone, then two more
             sup._on_event(together, [ev.START, "w-1#7", "i0000000000000001", 3, 1])
             for n, (lane, token) in enumerate(((0, 5), (7, 2))):
@@ -312,7 +311,7 @@ def test_the_supervisor_reads_a_dead_process_s_lane_board_as_its_starts_would_ha
     """
     from workhive.runtime import events as ev
     from workhive.runtime.board import LaneBoard
-    from workhive.runtime.supervisor import Supervisor, _Child
+    from workhive.runtime.supervisor import Supervisor
 
     board = LaneBoard.create(4)
     if board is None:
@@ -328,11 +327,7 @@ def test_the_supervisor_reads_a_dead_process_s_lane_board_as_its_starts_would_ha
     async def main() -> tuple[Any, Any]:
         async with workhive.open("memory://") as hive:
             sup = Supervisor(FleetOptions(pool="jobs", handler="json:dumps", storage="memory://"), hive, None)
-            each, boarded = (_Child.__new__(_Child) for _ in range(2))
-            for child in (each, boarded):
-                child.running, child.unreported, child.worker_ids, child.batches = {}, {}, set(), {}
-                child.alone, child.fatal, child.ready, child.board = None, None, True, None
-            boarded.board = board
+            each, boarded = bookkeeping_child(), bookkeeping_child(board=board)
 
             def start(lane: int, n: int, alone: int = 0) -> None:
                 sup._on_event(each, [ev.START, f"w-1#{lane}", item(n), 100 + n, alone])
