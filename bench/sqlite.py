@@ -1,6 +1,6 @@
 """Benchmark: workhive on SQLite against raw sqlite3 and flatmachines, in one run.
 
-    python bench/sqlite.py            # default run, well under 90 s
+    python bench/sqlite.py            # default run, about two minutes with the sweep
     python bench/sqlite.py --quick    # smaller counts, for a smoke check
 
 Every rate is measured on this machine in this run, and printed with its ratio
@@ -23,6 +23,10 @@ to the baseline measured here too:
   ``COMMIT``) is measured too; the baseline above stays the unfused loop.
 * workhive batched: ``claim_many(100)`` + ``complete_many``.
 * push (one item per call) and ``push_many``.
+* ``workhive work`` with a 1 ms handler at total concurrency 4, 16, 64 and 256
+  (``bench/support/fleets.py``, as bench/postgres and bench/redis run it), each
+  against the handler's bound, and the rates at 64 and 256 over the rate at 16:
+  more concurrency must not mean less work done.
 * flatmachines 1.0.0's ``SQLiteWorkBackend`` (install it with
   ``pip install flatmachines==1.0.0``; skipped with the reason if missing).
 
@@ -41,6 +45,7 @@ import tempfile
 import time
 from typing import Any
 
+from support.fleets import sweep_lines, work_sweep
 from support.loops import claim_complete_loop
 
 import workhive
@@ -260,6 +265,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller counts (smoke check)")
     parser.add_argument("--profile", action="store_true", help="also break one per-item claim+complete down")
+    parser.add_argument("--skip-sweep", action="store_true", help="leave out the 1 ms concurrency sweep of `work`")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
     n_raw, n_one, n_four, n_batch = (int(n * scale) for n in (20_000, 10_000, 24_000, 50_000))
@@ -349,6 +355,9 @@ def main() -> None:
             f"workhive push_many (10,000 per call): {n_push_many / many:,.0f} items/s "
             f"= {single / n_push * n_push_many / many:.1f}x single push"
         )
+        if not args.skip_sweep:
+            for text in sweep_lines(work_sweep(lambda c: f"sqlite:///{tmp}/sweep{c}.db")):
+                print(text, flush=True)
         if isinstance(fm, str):
             print(f"flatmachines 1.0.0 SQLite backend: {fm}")
         else:
