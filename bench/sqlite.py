@@ -27,8 +27,9 @@ to the baseline measured here too:
   (``bench/support/fleets.py``, as bench/postgres and bench/redis run it), each
   against the handler's bound, and the rates at 64 and 256 over the rate at 16:
   more concurrency must not mean less work done.
-* flatmachines 1.0.0's ``SQLiteWorkBackend`` (install it with
-  ``pip install flatmachines==1.0.0``; skipped with the reason if missing).
+* flatmachines' ``SQLiteWorkBackend``, the release ``make bench`` installs
+  (pinned in ``bench/requirements.txt``; the line names the release found, and
+  says so if it is missing).
 
 Not a test: nothing here asserts a time.
 """
@@ -47,6 +48,7 @@ from typing import Any
 
 from support.fleets import sweep_lines, work_sweep
 from support.loops import claim_complete_loop
+from support.peers import peer, peers_line
 
 import workhive
 
@@ -238,7 +240,7 @@ def flatmachines_rate(path: str, n: int, budget: float) -> tuple[int, float] | s
     try:
         from flatmachines.distributed import create_work_backend  # type: ignore[import-not-found]
     except ImportError as exc:
-        return f"not installed ({exc}); pip install flatmachines==1.0.0 to compare"
+        return f"not installed ({exc}); `make bench` installs it"
 
     async def run() -> tuple[int, float]:
         backend = create_work_backend("sqlite", db_path=path)
@@ -276,6 +278,7 @@ def main() -> None:
         print(
             f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs, load {load:.1f}"
         )
+        print(peers_line("flatmachines"), flush=True)
         print("measuring...", flush=True)
         # The baseline runs at the start and again at the end and the faster run counts,
         # so a machine that got busier mid-run cannot flatter the ratios.
@@ -359,12 +362,12 @@ def main() -> None:
             for text in sweep_lines(work_sweep(lambda c: f"sqlite:///{tmp}/sweep{c}.db")):
                 print(text, flush=True)
         if isinstance(fm, str):
-            print(f"flatmachines 1.0.0 SQLite backend: {fm}")
+            print(f"flatmachines SQLite backend: {fm}")
         else:
             fm_rate = fm[0] / fm[1]
             print(
-                f"flatmachines 1.0.0 SQLite per-item claim+complete (1 proc, {n_fm:,} items): {fm_rate:,.0f} items/s "
-                f"= {fm_rate / raw:.3f}x raw sqlite3; workhive 1 proc = {one / fm_rate:.1f}x, "
+                f"{peer('flatmachines')} SQLite per-item claim+complete (1 proc, {n_fm:,} items): "
+                f"{fm_rate:,.0f} items/s = {fm_rate / raw:.3f}x raw sqlite3; workhive 1 proc = {one / fm_rate:.1f}x, "
                 f"4 procs = {four / fm_rate:.1f}x flatmachines"
             )
         if args.profile:

@@ -63,6 +63,7 @@ HERE = Path(__file__).resolve().parent
 SUPPORT = HERE / "support"
 sys.path.insert(0, str(HERE.parent))  # the checkout: bench.support.compiled, not bench/ itself (see above)
 from bench.support.compiled import compile_checkout
+from bench.support.peers import peer, peers_line
 
 POSTGRES = os.environ.get("WORKHIVE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("WORKHIVE_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -326,7 +327,7 @@ def bench_arq(items: int, processes: int, concurrency: int, sleep: float, deadli
     cpu = sum(r["cpu"] for r in results)
     rate = done / elapsed
     cut = f" (stopped at the {deadline:g} s deadline, {items - done:,} left)" if done < items else ""
-    print(f"  arq       {done:,} items in {elapsed:.1f} s{cut}: {rate:,.0f}/s = {rate / ideal:.3f}x ideal")
+    print(f"  {peer('arq')} {done:,} items in {elapsed:.1f} s{cut}: {rate:,.0f}/s = {rate / ideal:.3f}x ideal")
     print(f"            {calls / max(1, done):.3f} Redis round trips/item (commands and pipelines, counted in arq)")
     print(
         f"            CPU per 1,000 items: workers {cpu * 1000 / max(1, done):.3f} s; "
@@ -466,6 +467,7 @@ def main() -> None:
         f"waiting fleet: {args.items:,} items of asyncio.sleep({args.sleep:g}), {args.processes} processes x "
         f"{args.concurrency:,} in flight; ideal {total / args.sleep:,.0f}/s; {compile_checkout()}; {load()}"
     )
+    print(peers_line("arq"), flush=True)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for engine in args.engines.split(","):
