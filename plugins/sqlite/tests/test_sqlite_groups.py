@@ -9,6 +9,7 @@ touches the group tables.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import sys
@@ -604,3 +605,56 @@ def test_a_lone_groups_turns_sum_its_vt_exactly_as_that_many_single_claims(
     from workhive_sqlite.groups import _after_turns
 
     assert _after_turns(vt, pool_vt, weight, turns) == _turn_by_turn(vt, pool_vt, weight, turns)
+
+
+def _statements_with_triggers(traced: list[str]) -> int:
+    """How many statements started a trigger program, from a trace: SQLite traces a trigger's program (and each
+    statement in it) with its statement's text again, straight after the statement (whatever its WHEN says)."""
+    runs = [len(list(run)) for _, run in itertools.groupby(traced)]
+    return sum(1 for length in runs if length > 1)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("group", [None, "a"])
+async def test_claims_and_completions_in_a_transaction_start_no_trigger_where_claims_are_not_counted(
+    store: SqliteStorage, tmp_path: Path, group: str | None
+) -> None:
+    """Migration 0012: the groups' trigger follows `moves`, which neither a claim nor complete_quiet assigns: in a
+    pool without a limit its start (about 13,000 instructions a row, to do nothing) is gone from both."""
+    await store.push("p", _items(group, 4))
+    connections = [store._fast.conn, store._ops.conn]  # type: ignore[union-attr]  # the loop's and the thread's
+    traced: list[str] = []
+    for conn in connections:
+        conn.set_trace_callback(traced.append)
+    try:
+        held = await store.claim("p", "w", 4, LEASE)
+        accepted = await store.complete("p", [Ack(i.id, i.token, "{}") for i in held])
+    finally:
+        for conn in connections:
+            conn.set_trace_callback(None)
+    assert len(held) == 4 and accepted == [True] * 4
+    assert any(text.lstrip().upper().startswith("UPDATE ITEMS SET STATE = 'DONE'") for text in traced), traced
+    assert _statements_with_triggers(traced) == 0, traced
+
+
+@pytest.mark.asyncio
+async def test_a_batch_of_completions_frees_the_slots_of_a_counted_group(store: SqliteStorage, tmp_path: Path) -> None:
+    """Where claims are counted a batch's completions go through the trigger (complete, not complete_quiet): each
+    lowers its group's count, and the limit's slots are free again."""
+    await store.set_group_limit("p", "a", 2)
+    await store.push("p", _items("a", 6) + _items("b", 2))
+    held = await store.claim("p", "w", 10, LEASE)
+    assert Counter(_group_of(i) for i in held) == {"a": 2, "b": 2}
+    connections = [store._fast.conn, store._ops.conn]  # type: ignore[union-attr]
+    traced: list[str] = []
+    for conn in connections:
+        conn.set_trace_callback(traced.append)
+    try:
+        assert await store.complete("p", [Ack(i.id, i.token, "{}") for i in held]) == [True] * 4
+    finally:
+        for conn in connections:
+            conn.set_trace_callback(None)
+    assert _statements_with_triggers(traced) == 4, traced
+    _check_counters(tmp_path)
+    assert Counter(_group_of(i) for i in await store.claim("p", "w", 10, LEASE)) == {"a": 2}
+    _check_counters(tmp_path)

@@ -31,7 +31,13 @@ _SCHEMA_DIGESTS = {
     9: "09fbf1077ae391db",  # a claim by turns counts its groups (0009_group_claims.sql)
     10: "3b35f04af8e5ce38",  # claims counted only where a limit reads them, one state trigger (0010_group_counts.sql)
     11: "75802b186ef72e64",  # items_ready holds ungrouped items only (0011_ready_ungrouped.sql)
+    12: "6c9e8b4c8364094b",  # the groups' trigger follows items.moves (0012_trigger_on_moves.sql)
 }
+
+#: The statements that move an item's state without assigning ``moves``, so without the groups' trigger
+#: (migration 0012): claims (take_turns counts a grouped claim's turns itself; no other pool has work for
+#: the trigger) and complete_quiet (run only where the pool's claims are not counted, ops._complete).
+_MOVES_UNSEEN = {"claim_one", "claim_ready", "claim_any", "claim_items", "claim_group_items", "complete_quiet"}
 
 
 def _schema_rows(version: int) -> list[tuple[str, str, str, str]]:
@@ -52,6 +58,29 @@ def test_every_version_builds_the_schema_it_always_built(version: int) -> None:
     rows = _schema_rows(version)
     digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()[:16]
     assert digest == _SCHEMA_DIGESTS[version], rows
+
+
+def _assigned_columns(sql: str) -> list[set[str]]:
+    """The columns each ``UPDATE items ... SET`` of ``sql`` assigns (a CASE's inner tests are not assignments)."""
+    found = []
+    pattern = r"UPDATE\s+items\b(?:\s+INDEXED BY \w+)?\s+SET\b(.*?)(?=\bWHERE\b|\bRETURNING\b|\bFROM\b|$)"
+    for match in re.finditer(pattern, sql, flags=re.S | re.I):
+        found.append({c.lower() for c in re.findall(r"(?:^|,)\s*([a-z_]+)\s*=", match.group(1), flags=re.I)})
+    return found
+
+
+def test_every_statement_that_moves_a_state_assigns_moves_but_the_claims_and_complete_quiet() -> None:
+    """Migration 0012: the groups' trigger starts on `UPDATE OF moves`, so a move of state that does not assign
+    moves goes unseen by it: a new statement moving items between states must assign it, or be listed above."""
+    from workhive_sqlite.sqlfiles import queries
+
+    moving = {}
+    for name, sql in queries().items():
+        for columns in _assigned_columns(sql):
+            if "state" in columns:
+                moving[name] = "moves" in columns
+    assert {name for name, assigns in moving.items() if not assigns} == _MOVES_UNSEEN
+    assert {"complete", "fail", "release", "cancel_one", "group_settle_expired"} <= set(moving)
 
 
 def test_every_version_up_to_the_current_one_has_its_digest() -> None:
@@ -167,6 +196,7 @@ async def test_a_version_9_file_keeps_counting_where_a_limit_reads_the_counts(tm
         conn.execute("BEGIN")
         conn.execute("DROP TRIGGER groups_item_moved")
         conn.execute("ALTER TABLE group_pools DROP COLUMN counted")
+        conn.execute("ALTER TABLE items DROP COLUMN moves")  # version 12's
         for statement in MIGRATIONS[8]:
             if statement.lstrip().upper().startswith("CREATE TRIGGER"):
                 conn.execute(statement)

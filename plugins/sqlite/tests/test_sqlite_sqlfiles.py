@@ -21,10 +21,12 @@ _STATEMENT_DIGESTS = {
     "claim_ready": "766f5160bab9e7ad",  # version 11: items_ready holds ungrouped items
     "claim_any": "61217868870b56da",  # version 11: items_ready holds ungrouped items
     "peek": "ebada1067abf0365",  # version 11: items_ready holds ungrouped items
-    "poison_expired": "9dd5d8c4d3c80dd9",
-    "complete": "9effb47c826ede61",
-    "fail": "39f392a0cf665f63",
-    "release": "ef94c0ff0842cc72",
+    "poison_expired": "9433ddbc0cafc680",  # version 12: assigns moves, which the groups\' trigger follows
+    "complete": "389acbba657b3647",  # version 12: assigns moves, which the groups\' trigger follows
+    "complete_quiet": "9effb47c826ede61",  # version 12
+    "group_counts_claims": "e7e5d60e60c30728",  # version 12
+    "fail": "f2cbb3c48e7caa91",  # version 12: assigns moves, which the groups\' trigger follows
+    "release": "718805632534f65f",  # version 12: assigns moves, which the groups\' trigger follows
     "extend": "d82fa83232b35ad9",
     "last_item_id": "62276eada0adc8d0",
     "live_duplicate": "e06a4d8aef6bd8aa",
@@ -32,14 +34,14 @@ _STATEMENT_DIGESTS = {
     "count_rows": "18d7109938ce2dd7",
     "get_item": "93b0642d8d02cdc2",  # the group column (migration 8)
     "list_items": "847d0b1af06c10bb",  # the group column (migration 8)
-    "requeue_all": "71a8a0c110010ec1",
-    "requeue_one": "4058e7b30e20389a",
-    "poison_lost_worker": "3fcac3472a4a729e",
-    "poison_lost_worker_in_pool": "d0e417199ef78ea6",
-    "release_worker": "7d9003896a7b63d4",
-    "release_worker_in_pool": "cd2bad47d196fbee",
-    "refund_worker": "a5193effbec5cfa4",
-    "refund_worker_in_pool": "e06d871a58cff254",
+    "requeue_all": "8d4e9287f6741b82",  # version 12: assigns moves, which the groups\' trigger follows
+    "requeue_one": "6ab9473337ecb2d1",  # version 12: assigns moves, which the groups\' trigger follows
+    "poison_lost_worker": "c1c84439ba060d2f",  # version 12: assigns moves, which the groups\' trigger follows
+    "poison_lost_worker_in_pool": "c6a82343f052e20b",  # version 12: assigns moves, which the groups\' trigger follows
+    "release_worker": "f3c434ee11907219",  # version 12: assigns moves, which the groups\' trigger follows
+    "release_worker_in_pool": "8be1b4db3f913629",  # version 12: assigns moves, which the groups\' trigger follows
+    "refund_worker": "a4aa0a5e86653d88",  # version 12: assigns moves, which the groups\' trigger follows
+    "refund_worker_in_pool": "4a9aa46a14a5588d",  # version 12: assigns moves, which the groups\' trigger follows
     "purge_candidates": "5ae0866551b5c84a",  # cancelled items too (migration 5)
     "purge_item": "1783d1dc7711c99a",
     "count_pending": "8198f096c8af4bec",  # version 11: items_ready holds ungrouped items
@@ -86,8 +88,8 @@ _STATEMENT_DIGESTS = {
     "step_clear": "7cd86a40a9bea2ac",
     # cancellation (Pool.cancel, migration 7)
     "cancel_state": "491137a546f90a83",
-    "cancel_one": "f63a8713c3999f46",
-    "requeue_cancelled_one": "af84d6d5da8ba072",
+    "cancel_one": "07514f5a3a526605",  # version 12: assigns moves, which the groups\' trigger follows
+    "requeue_cancelled_one": "add093b50b1e4d24",  # version 12: assigns moves, which the groups\' trigger follows
     "count_cancelled": "96a24ff2c28c86c9",
     # groups (workhive_sqlite.groups, migration 8)
     "group_pool": "ce239067e06dc20b",
@@ -99,7 +101,7 @@ _STATEMENT_DIGESTS = {
     "group_adopt_counts": "b58f66a801730815",
     "group_claim_turns": "91dc97b643f9c16d",  # the settings and the turns in one read
     "group_pool_in_flight": "8404a8e5e4d95351",
-    "group_settle_expired": "296f218c6f04824f",
+    "group_settle_expired": "e969a12a6b777d58",  # version 12: assigns moves, which the groups\' trigger follows
     "group_pool_settings": "728ec9b539b5f3ad",
     "group_ready_items": "25243ea5cdc04a8b",
     "claim_items": "a82ca00781164980",

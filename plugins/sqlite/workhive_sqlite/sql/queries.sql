@@ -117,7 +117,7 @@ SELECT
 -- poison_expired --
 -- An expired lease (pool ?1, time ?2) on an item with no attempts left is poisoned,
 -- not claimed: an item that kills its worker every time must not loop forever.
-UPDATE items SET
+UPDATE items SET moves = moves + 1,
     state = 'poisoned',
     error = 'lease expired after attempt ' || attempts || ' of ' || max_attempts
             || ' (worker ' || coalesce(claimed_by, '?') || ' stopped heartbeating or crashed)',
@@ -127,13 +127,23 @@ WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2 AND attempts >=
 
 -- complete --
 -- Item ?3 of pool ?4 is done with result ?1 at time ?2, if its claim (token ?5) is current and unexpired.
+-- It assigns moves: the groups' trigger lowers the group's count of claims in flight
+-- where claims are counted (migration 0012). complete_quiet is the same without.
+UPDATE items SET moves = moves + 1, state = 'done', result = ?1, finished_at = ?2,
+    lease_expires_at = NULL, lease_seconds = NULL
+WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
+
+-- complete_quiet --
+-- complete, not followed by the groups' trigger: only inside a transaction that read
+-- the pool's group_pools.counted as 0 or found no row (ops._complete), where the
+-- trigger has nothing to do for a completion and its start cost most of one.
 UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
 
 -- fail --
 -- Item ?5 of pool ?6 (claim token ?7) failed with error ?2 at time ?4: poisoned when
 -- ?1 says so or its attempts are spent, else pending again from time ?3.
-UPDATE items SET
+UPDATE items SET moves = moves + 1,
     state = CASE WHEN ?1 OR attempts >= max_attempts THEN 'poisoned' ELSE 'pending' END,
     error = ?2,
     available_at = CASE WHEN ?1 OR attempts >= max_attempts THEN available_at ELSE ?3 END,
@@ -146,7 +156,7 @@ RETURNING state
 -- release --
 -- Item ?2 of pool ?3 (claim token ?4, checked at time ?5) goes back to pending from
 -- time ?1, its attempt refunded.
-UPDATE items SET state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
+UPDATE items SET moves = moves + 1, state = 'pending', available_at = ?1, attempts = attempts - 1, releases = releases + 1,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?2 AND pool = ?3 AND state = 'claimed' AND token = ?4 AND lease_expires_at > ?5
 
@@ -194,13 +204,13 @@ FROM items WHERE pool = ? AND state = ? ORDER BY id LIMIT ? OFFSET ?
 
 -- requeue_all --
 -- Every poisoned item of pool ?2 is pending again from time ?1, with its attempts back.
-UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+UPDATE items SET moves = moves + 1, state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = ?2 AND state = 'poisoned'
 
 -- requeue_one --
 -- requeue_all for item ?3 only (one primary-key update per id).
-UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+UPDATE items SET moves = moves + 1, state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = ?2 AND state = 'poisoned' AND id = ?3
 
@@ -208,35 +218,35 @@ WHERE pool = ?2 AND state = 'poisoned' AND id = ?3
 -- Worker ?1 was lost at time ?2: its items with no attempts left are poisoned. The
 -- *_in_pool variants of this and the next statements touch pool ?3 only.
 UPDATE items INDEXED BY items_leases
-SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
+SET moves = moves + 1, state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
     error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
 WHERE claimed_by = ?1 AND state = 'claimed' AND attempts >= max_attempts
 
 -- poison_lost_worker_in_pool --
 UPDATE items INDEXED BY items_leases
-SET state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
+SET moves = moves + 1, state = 'poisoned', finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL,
     error = 'worker ' || ?1 || ' was lost holding attempt ' || attempts || ' of ' || max_attempts
 WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3 AND attempts >= max_attempts
 
 -- release_worker --
 -- Worker ?1's items are pending again from time ?2, the attempt spent.
-UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+UPDATE items INDEXED BY items_leases SET moves = moves + 1, state = 'pending', available_at = ?2, claimed_by = NULL,
     lease_expires_at = NULL, lease_seconds = NULL
 WHERE claimed_by = ?1 AND state = 'claimed'
 
 -- release_worker_in_pool --
-UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+UPDATE items INDEXED BY items_leases SET moves = moves + 1, state = 'pending', available_at = ?2, claimed_by = NULL,
     lease_expires_at = NULL, lease_seconds = NULL
 WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3
 
 -- refund_worker --
 -- Worker ?1's items are pending again from time ?2, the attempt refunded.
-UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+UPDATE items INDEXED BY items_leases SET moves = moves + 1, state = 'pending', available_at = ?2, claimed_by = NULL,
     lease_expires_at = NULL, lease_seconds = NULL, attempts = max(attempts - 1, 0), releases = releases + 1
 WHERE claimed_by = ?1 AND state = 'claimed'
 
 -- refund_worker_in_pool --
-UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = ?2, claimed_by = NULL,
+UPDATE items INDEXED BY items_leases SET moves = moves + 1, state = 'pending', available_at = ?2, claimed_by = NULL,
     lease_expires_at = NULL, lease_seconds = NULL, attempts = max(attempts - 1, 0), releases = releases + 1
 WHERE claimed_by = ?1 AND state = 'claimed' AND pool = ?3
 
@@ -470,13 +480,13 @@ SELECT state FROM items WHERE id = ? AND pool = ?
 -- cancel_one --
 -- Item ?2 of pool ?3, pending or claimed, is cancelled at time ?1: finished, lease
 -- fields cleared, holder and token kept (an expired claim too: Z1 lets it be).
-UPDATE items SET state = 'cancelled', finished_at = ?1, lease_expires_at = NULL, lease_seconds = NULL
+UPDATE items SET moves = moves + 1, state = 'cancelled', finished_at = ?1, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?2 AND pool = ?3 AND state IN ('pending', 'claimed')
 
 -- requeue_cancelled_one --
 -- Cancelled item ?3 of pool ?2 is pending again from time ?1 with its attempts back
 -- (requeue by id; requeue_all takes poisoned items only).
-UPDATE items SET state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
+UPDATE items SET moves = moves + 1, state = 'pending', available_at = ?1, attempts = 0, finished_at = NULL,
     claimed_by = NULL, lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = ?2 AND state = 'cancelled' AND id = ?3
 
@@ -549,9 +559,14 @@ ORDER BY g.head DESC, g.vt, g.grp
 -- Before a claim by turns (pool ?1, time ?2, after poison_expired): every other
 -- expired lease is pending again from its expiry, so the groups' heads and counts
 -- of claims in flight (kept by the triggers) see it, and its slot is free.
-UPDATE items INDEXED BY items_leases SET state = 'pending', available_at = lease_expires_at, claimed_by = NULL,
+UPDATE items INDEXED BY items_leases SET moves = moves + 1, state = 'pending', available_at = lease_expires_at, claimed_by = NULL,
     lease_expires_at = NULL, lease_seconds = NULL
 WHERE pool = ?1 AND state = 'claimed' AND lease_expires_at <= ?2
+
+-- group_counts_claims --
+-- Whether pool ? counts its groups' claims in flight (a row with counted = 1), read by a
+-- transaction completing items before it chooses complete or complete_quiet.
+SELECT counted FROM group_pools WHERE pool = ?
 
 -- group_pool_settings --
 -- Pool ?'s limit, default group limit and virtual time.
