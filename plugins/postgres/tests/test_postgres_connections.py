@@ -194,3 +194,25 @@ async def test_take_idle_hands_out_only_an_open_idle_connection_and_counts_it_as
     assert one.take_idle() is None  # closing: nothing is handed out
     pool.release(a)
     await pool.close()
+
+
+@pytest.mark.asyncio
+async def test_after_a_lost_connection_none_opened_before_it_is_handed_out_again() -> None:
+    """A half-open network leaves every idle connection dead without a word: after the first loss, the pool
+    closes the idle ones at once and those in use as they come back, so no caller meets a second dead one."""
+    connect = Connector()
+    pool = ConnectionPool(connect, max_size=4)
+    a, b, c = await pool.acquire(), await pool.acquire(), await pool.acquire()
+    pool.release(a)
+    pool.release(b)
+    pool.connection_lost()
+    assert a.terminated and b.terminated and not c.terminated
+    assert pool.size == 1  # c, still in use
+    fresh = await pool.acquire()
+    assert fresh not in (a, b, c) and len(connect.opened) == 4
+    pool.release(c)  # opened before the loss: closed as it comes back, not reused
+    assert c.terminated and pool.size == 1
+    pool.release(fresh)  # opened after it: reused
+    assert not fresh.terminated and await pool.acquire() is fresh
+    pool.release(fresh)
+    await pool.close()

@@ -365,6 +365,7 @@ class PostgresStorage:
                             where=self.config.where,
                         ) from None
                     raise statement_failure(self.config, exc, what) from None
+                pool.connection_lost()  # its other connections may be dead too: none is handed out again
                 attempt += 1
                 self.reconnects += 1
                 now = time.monotonic()

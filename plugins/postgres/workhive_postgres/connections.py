@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -48,6 +49,9 @@ class ConnectionPool:
         self._waiters: deque[asyncio.Future[Any]] = deque()
         self._closing = False
         self._all_back: asyncio.Event | None = None
+        # Bumped by connection_lost: a connection opened in an earlier epoch is not reused.
+        self._epoch = 0
+        self._opened_in: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     @property
     def size(self) -> int:
@@ -106,14 +110,16 @@ class ConnectionPool:
             conn.terminate()
             self._free_place()
             raise PoolClosed("the connection pool was closed while a connection was opened")
+        self._opened_in[conn] = self._epoch
         self._out += 1
         return conn
 
     def release(self, conn: Any) -> None:
         """Take ``conn`` back (never awaits, never raises): to the next waiter, or onto the idle stack."""
-        if self._closing or conn.is_closed() or conn.is_in_transaction():
+        stale = self._opened_in.get(conn, self._epoch) < self._epoch
+        if self._closing or stale or conn.is_closed() or conn.is_in_transaction():
             if not conn.is_closed():
-                conn.terminate()  # a transaction left open, or the pool is closing: never reuse it
+                conn.terminate()  # a transaction left open, opened before a loss, or closing: never reuse it
             self._out -= 1
             self._free_place()
             return
@@ -124,6 +130,22 @@ class ConnectionPool:
                 return
         self._out -= 1
         self._idle.append(conn)
+
+    def connection_lost(self) -> None:
+        """A connection of this pool was found broken: retire every connection opened before now.
+
+        A reset, a restarted server or a network that went half-open takes the pool's other
+        connections with it, and nothing says so until each is used: a caller would meet one
+        dead connection after another, each costing a timeout (``command_timeout`` for a
+        half-open one) out of the ``retry_for`` window that the first loss opened. So the idle
+        ones close now and those in use close when they come back; the next acquire opens a
+        fresh one. After a loss that took only its own connection, this costs a reconnect each.
+        """
+        self._epoch += 1
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.terminate()
+            self._free_place()
 
     def _free_place(self) -> None:
         """A connection left the pool (or was never opened): its place goes to a waiter, or is freed."""
