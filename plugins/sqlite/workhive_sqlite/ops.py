@@ -394,7 +394,7 @@ class Operations:
         now = self.clock()
         execute = self.conn.execute
         # The groups' trigger has work in a completion only where the pool counts its claims in
-        # flight, and starting it cost most of a completion (migration 0012). Inside a transaction
+        # flight, and starting it cost about a quarter of a completion (migration 0012). Inside a transaction
         # the pool's flag, read once, holds for every ack (set_group_limit writes it under the
         # same lock; a deferred transaction's first write fails if anything moved since its
         # read): complete_quiet then leaves the trigger out. One autocommit statement has no

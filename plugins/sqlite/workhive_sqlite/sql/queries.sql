@@ -136,7 +136,7 @@ WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expir
 -- complete_quiet --
 -- complete, not followed by the groups' trigger: only inside a transaction that read
 -- the pool's group_pools.counted as 0 or found no row (ops._complete), where the
--- trigger has nothing to do for a completion and its start cost most of one.
+-- trigger has nothing to do for a completion and its start cost about a quarter of one.
 UPDATE items SET state = 'done', result = ?1, finished_at = ?2, lease_expires_at = NULL, lease_seconds = NULL
 WHERE id = ?3 AND pool = ?4 AND state = 'claimed' AND token = ?5 AND lease_expires_at > ?2
 
